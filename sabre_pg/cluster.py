@@ -1,0 +1,236 @@
+"""The embedded PostgreSQL cluster sabre-pg uses when no server is given.
+
+A ``LocalCluster`` is an ordinary PostgreSQL 15 cluster in a directory of its own::
+
+    <root>/pgdata         PGDATA (initdb --encoding=UTF8 --auth=trust)
+    <root>/run            the Unix socket directory
+    <root>/cluster.json   port and superuser role, chosen once and remembered
+    <root>/server.log     the server log
+
+It listens on its own Unix socket and on 127.0.0.1 only, on port 54329 or the
+first free port above it. ``start()`` is idempotent: it initialises the cluster
+if needed, starts the server if it is not running, and makes sure database
+``sabre`` exists with the sabre schema installed and current.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+from sabre_pg.errors import SabreError
+
+DEFAULT_PORT = 54329
+DEFAULT_DBNAME = "sabre"
+SERVER_USER_WHEN_ROOT = "postgres"
+ROOT_CLUSTER_DIR = Path("/var/lib/sabre-pg/cluster")
+
+# Written once into postgresql.conf at initdb time.
+SERVER_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "shared_preload_libraries": "''",
+    "max_connections": "50",
+    "shared_buffers": "'256MB'",
+    "work_mem": "'64MB'",
+    "log_line_prefix": "'%m [%p] %q%u@%d '",
+}
+
+
+class ClusterError(SabreError):
+    """The embedded cluster could not be created, started or stopped."""
+
+
+def _running_as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def default_cluster_dir() -> Path:
+    """Where the embedded cluster lives.
+
+    Normally ``$XDG_DATA_HOME/sabre-pg/cluster`` (``~/.local/share/sabre-pg/cluster``).
+    PostgreSQL refuses to run as root, so when we are root the server runs as
+    ``postgres``; that user cannot traverse ``/root`` (mode 700), so a cluster
+    under root's home could never start. Root therefore gets
+    ``/var/lib/sabre-pg/cluster``, owned by ``postgres``.
+    """
+    if _running_as_root():
+        return ROOT_CLUSTER_DIR
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "sabre-pg" / "cluster"
+
+
+def find_bindir() -> Path:
+    """PostgreSQL server binaries: $SABRE_PG_BINDIR, else Debian's 15, else PATH."""
+    env = os.environ.get("SABRE_PG_BINDIR")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path("/usr/lib/postgresql/15/bin"))
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).parent)
+    for c in candidates:
+        if (c / "pg_ctl").is_file() and (c / "initdb").is_file():
+            return c
+    raise ClusterError(
+        "PostgreSQL 15 server binaries not found (looked in "
+        + ", ".join(str(c) for c in candidates)
+        + "). Install postgresql-15 and postgresql-plpython3-15 (./dev.sh does), "
+        "or set SABRE_PG_BINDIR."
+    )
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def first_free_port(start: int = DEFAULT_PORT, tries: int = 200) -> int:
+    for port in range(start, start + tries):
+        if _port_free(port):
+            return port
+    raise ClusterError(f"no free TCP port in {start}..{start + tries - 1} on 127.0.0.1")
+
+
+class LocalCluster:
+    """A private PostgreSQL cluster; see the module docstring for the layout."""
+
+    def __init__(self, data_dir: str | os.PathLike | None = None, port: int | None = None,
+                 *, fsync: bool = True, dbname: str = DEFAULT_DBNAME, schema: str = "sabre"):
+        self.root = Path(data_dir) if data_dir else default_cluster_dir()
+        self.pgdata = self.root / "pgdata"
+        self.socket_dir = self.root / "run"
+        self.state_file = self.root / "cluster.json"
+        self.log_file = self.root / "server.log"
+        self.fsync = fsync  # False only for throwaway test clusters
+        self.dbname = dbname
+        self.schema = schema
+        self.run_as = SERVER_USER_WHEN_ROOT if _running_as_root() else None
+        state = self._read_state()
+        self.superuser = state.get("superuser") or (self.run_as or getpass.getuser())
+        self.port = int(port or state.get("port") or first_free_port())
+
+    # -- helpers ---------------------------------------------------------------
+    def _read_state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_state(self) -> None:
+        self.state_file.write_text(json.dumps({"port": self.port, "superuser": self.superuser}, indent=1) + "\n")
+
+    def _cmd(self, *argv: str) -> list[str]:
+        prog = str(find_bindir() / argv[0])
+        if self.run_as:
+            return ["runuser", "-u", self.run_as, "--", prog, *argv[1:]]
+        return [prog, *argv[1:]]
+
+    def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(self._cmd(*argv), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise ClusterError(
+                f"{argv[0]} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}".rstrip()
+                + (f"\nserver log: {self.log_file}" if argv[0] == "pg_ctl" else "")
+            )
+        return proc
+
+    def _chown(self, path: Path) -> None:
+        if self.run_as:
+            pw = pwd.getpwnam(self.run_as)
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+    # -- public API ------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        return (self.pgdata / "PG_VERSION").is_file()
+
+    def init(self) -> None:
+        """initdb (UTF8, trust auth on the local socket and 127.0.0.1) if not done yet."""
+        if self.initialized:
+            return
+        for d in (self.root, self.socket_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            self._chown(d)
+        if self.pgdata.exists() and any(self.pgdata.iterdir()):
+            raise ClusterError(f"{self.pgdata} exists, is not empty and is not a PostgreSQL cluster")
+        self._run("initdb", "-D", str(self.pgdata), "-U", self.superuser, "--encoding=UTF8",
+                  "--locale=C.UTF-8", "--auth=trust")
+        with open(self.pgdata / "postgresql.conf", "a") as f:
+            f.write("\n# sabre-pg embedded cluster\n")
+            for key, value in SERVER_SETTINGS.items():
+                f.write(f"{key} = {value}\n")
+        self._write_state()
+
+    def is_running(self) -> bool:
+        if not self.initialized:
+            return False
+        return self._run("pg_ctl", "status", "-D", str(self.pgdata), check=False).returncode == 0
+
+    def start(self, ensure_database: bool = True) -> "LocalCluster":
+        """Init and start if needed; then ensure database ``sabre`` with sabre installed."""
+        self.init()
+        if not self.is_running():
+            self.socket_dir.mkdir(parents=True, exist_ok=True)
+            self._chown(self.socket_dir)
+            if not self.log_file.exists():
+                self.log_file.touch()
+                self._chown(self.log_file)
+            opts = f"-c port={self.port} -c unix_socket_directories='{self.socket_dir}'"
+            if not self.fsync:
+                opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.pgdata), "-l", str(self.log_file), "-o", opts)
+            self._write_state()
+        if ensure_database:
+            self.ensure_database()
+        return self
+
+    def ensure_database(self, dbname: str | None = None) -> None:
+        """Create ``dbname`` if missing and install or upgrade sabre in it when stale."""
+        import psycopg
+        from psycopg import sql
+
+        from sabre_pg import installer
+
+        dbname = dbname or self.dbname
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        with psycopg.connect(self.dsn(dbname)) as conn:
+            if not installer.is_current(conn, self.schema):
+                installer.install(conn, self.schema)
+
+    def stop(self) -> bool:
+        """Stop the server (fast shutdown). Returns False if it was not running."""
+        if not self.is_running():
+            return False
+        self._run("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(self.pgdata))
+        return True
+
+    def status(self) -> dict:
+        return {
+            "data_dir": str(self.root),
+            "initialized": self.initialized,
+            "running": self.is_running(),
+            "port": self.port,
+            "socket_dir": str(self.socket_dir),
+            "superuser": self.superuser,
+            "dsn": self.dsn(),
+        }
+
+    def dsn(self, dbname: str | None = None) -> str:
+        from psycopg.conninfo import make_conninfo
+
+        return make_conninfo(host=str(self.socket_dir), port=self.port, user=self.superuser,
+                             dbname=dbname or self.dbname)
+
+    @property
+    def conninfo(self) -> str:
+        return self.dsn()
