@@ -284,19 +284,24 @@ def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tu
     check_schema_name(schema)
     if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".runs',)).fetchone()[0] is None:
         return []
-    cols = {r[0] for r in conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+    cols = dict(conn.execute(
+        "SELECT attname, atttypid::regtype::text FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
         (f'"{schema}".runs',),
-    )}
+    ).fetchall())
     col = next((c for c in ("output", "output_name") if c in cols), None)
     if col is None:
         return []
+    if cols[col] in ("regclass", "oid"):
+        target = sql.SQL("r.{}::oid").format(sql.Identifier(col))
+    else:
+        target = sql.SQL("to_regclass(r.{}::text)").format(sql.Identifier(col))
     return conn.execute(
         sql.SQL(
             "SELECT DISTINCT n.nspname, c.relname, c.relkind FROM {}.runs r "
-            "JOIN pg_class c ON c.oid = to_regclass(r.{}::text) "
+            "JOIN pg_class c ON c.oid = {} "
             "JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2"
-        ).format(sql.Identifier(schema), sql.Identifier(col))
+        ).format(sql.Identifier(schema), target)
     ).fetchall()
 
 

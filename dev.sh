@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine and for CI:
+#   ./dev.sh demo [args]   set everything up, then run `sabre-pg demo` (embedded cluster unless a DSN is given)
+#   ./dev.sh test [args]   set everything up, then run pytest (default: -q tests)
+# Setup: apt packages (PostgreSQL 15 server + PL/Python + numpy for the backend's python3),
+# a .venv with `pip install -e '.[test]'` (redone only when pyproject.toml changes).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+APT_PACKAGES=(postgresql-15 postgresql-plpython3-15 python3-numpy python3-venv)
+
+usage() {
+    echo "usage: ./dev.sh demo [sabre-pg demo args] | ./dev.sh test [pytest args]" >&2
+    exit 2
+}
+
+ensure_apt() {
+    local missing=() p
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "dev.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+        sudo=(sudo)
+    fi
+    echo "dev.sh: installing ${missing[*]}" >&2
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+ensure_venv() {
+    if [ ! -x .venv/bin/python ]; then
+        echo "dev.sh: creating .venv" >&2
+        python3 -m venv .venv
+    fi
+    local stamp=.venv/.sabre-pg-stamp want
+    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+        echo "dev.sh: pip install -e '.[test]'" >&2
+        .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+        .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+        echo "$want" >"$stamp"
+    fi
+}
+
+[ $# -ge 1 ] || usage
+cmd=$1
+shift
+case "$cmd" in
+    demo)
+        ensure_apt
+        ensure_venv
+        exec .venv/bin/sabre-pg demo "$@"
+        ;;
+    test)
+        ensure_apt
+        ensure_venv
+        [ $# -gt 0 ] || set -- -q tests
+        exec .venv/bin/python -m pytest "$@"
+        ;;
+    *) usage ;;
+esac

@@ -1,0 +1,180 @@
+"""``sabre-pg`` command line.
+
+Infrastructure commands (install, upgrade, uninstall, check, server) live here.
+The others dispatch lazily to their modules, so adding one means adding a module:
+
+* ``demo``  -> ``sabre_pg.demo.main(args)``
+* ``bench`` -> ``sabre_pg.bench.main(args)``
+* ``gen``   -> ``sabre_pg.datasets.cli_gen(args, conn)``
+* ``load``  -> ``sabre_pg.datasets.cli_load(args, conn)``
+
+``demo`` and ``bench`` also get unrecognised options in ``args.extra``; they connect
+with ``sabre_pg.connect.connect(args)``. Errors are printed without a traceback
+(with SQLSTATE and HINT for database errors) and exit non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+import sabre_pg
+from sabre_pg.errors import SabreError
+
+PASS_THROUGH = {"demo", "bench"}
+
+
+def _add_db_args(p: argparse.ArgumentParser, schema_flag: str = "--schema") -> None:
+    p.add_argument("--dsn", help="libpq conninfo or postgresql:// URL (default: $DATABASE_URL, "
+                                 "then PG* variables, then the embedded cluster)")
+    p.add_argument(schema_flag, dest="sabre_schema", default="sabre", metavar="SCHEMA",
+                   help="schema sabre-pg is installed in (default: sabre)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sabre-pg", description="SABRE t-closeness anonymization in PostgreSQL")
+    parser.add_argument("--version", action="version", version=f"sabre-pg {sabre_pg.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("install", help="install sabre-pg into a database (needs a superuser)")
+    _add_db_args(p)
+    p = sub.add_parser("upgrade", help="upgrade an installation (same as install)")
+    _add_db_args(p)
+    p = sub.add_parser("uninstall", help="drop the sabre schema; anonymized outputs are kept")
+    _add_db_args(p)
+    p.add_argument("--purge", action="store_true", help="also drop the outputs recorded in <schema>.runs")
+    p = sub.add_parser("check", help="check the server and the installation (runs sabre_selftest())")
+    _add_db_args(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = sub.add_parser("server", help="the embedded PostgreSQL cluster")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--data-dir", help="cluster directory (default: ~/.local/share/sabre-pg/cluster, "
+                                      "or /var/lib/sabre-pg/cluster as root)")
+    p.add_argument("--port", type=int, help="port (default: remembered, else 54329 or the first free one)")
+
+    p = sub.add_parser("demo", help="load a data set, anonymize it and verify the result")
+    _add_db_args(p)
+    p = sub.add_parser("bench", help="run the benchmarks")
+    _add_db_args(p)
+    p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
+
+    p = sub.add_parser("gen", help="generate a synthetic CENSUS-like table")
+    _add_db_args(p, "--sabre-schema")
+    p.add_argument("--table", default="census")
+    p.add_argument("--schema", default="public", help="schema of the table (default: public)")
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-hierarchies", action="store_true", help="do not register hierarchies")
+    p.add_argument("--replace", action="store_true", help="replace an existing table")
+
+    p = sub.add_parser("load", help="load an ARX-format CSV data set with its hierarchies")
+    _add_db_args(p, "--sabre-schema")
+    p.add_argument("csv", help="the data CSV (header row, ';'-separated by default)")
+    p.add_argument("--hierarchies", help="directory of <prefix>_hierarchy_<column>.csv (default: beside the CSV)")
+    p.add_argument("--table", help="table name (default: from the file name)")
+    p.add_argument("--schema", default="public", help="schema of the table (default: public)")
+    p.add_argument("--delimiter", default=";")
+    p.add_argument("--replace", action="store_true", help="replace an existing table")
+    return parser
+
+
+def _print_report(report: dict) -> None:
+    width = max(len(k) for k in report)
+    for key, value in report.items():
+        if isinstance(value, dict):
+            value = json.dumps(value, sort_keys=True)
+        print(f"{key.ljust(width)}  {value}")
+
+
+def _plugin(module: str):
+    try:
+        return importlib.import_module(f"sabre_pg.{module}")
+    except ModuleNotFoundError as e:
+        if e.name == f"sabre_pg.{module}":
+            raise SabreError(f"this command is not available yet (module sabre_pg.{module} is missing)") from None
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    from sabre_pg import installer
+    from sabre_pg.connect import connect
+
+    cmd = args.command
+    if cmd == "server":
+        from sabre_pg.cluster import LocalCluster
+
+        cluster = LocalCluster(args.data_dir, args.port)
+        if args.action == "start":
+            cluster.start()
+            print(f"running; connect with: psql \"{cluster.dsn()}\"")
+        elif args.action == "stop":
+            print("stopped" if cluster.stop() else "not running")
+        else:
+            _print_report(cluster.status())
+        return 0
+    if cmd in ("install", "upgrade"):
+        with connect(args) as conn:
+            res = installer.install(conn, args.sabre_schema)
+        print(f"sabre-pg {res['version']} installed in schema {res['schema']} (build {res['build_id']})")
+        return 0
+    if cmd == "uninstall":
+        with connect(args) as conn:
+            res = installer.uninstall(conn, args.sabre_schema, purge=args.purge)
+        print(f"schema {res['schema']} dropped"
+              + (f"; dropped outputs: {', '.join(res['dropped_outputs'])}" if res["dropped_outputs"] else ""))
+        return 0
+    if cmd == "check":
+        with connect(args) as conn:
+            report = installer.check(conn, args.sabre_schema)
+        if args.json:
+            print(json.dumps(report, indent=2, sort_keys=True))
+        else:
+            _print_report(report)
+        return 0 if report["ok"] else 1
+    if cmd in ("gen", "load"):
+        datasets = _plugin("datasets")
+        with connect(args) as conn:
+            getattr(datasets, f"cli_{cmd}")(args, conn)
+        return 0
+    rc = _plugin(cmd).main(args)  # demo, bench
+    return int(rc or 0)
+
+
+def _format_db_error(e) -> str:
+    diag = e.diag
+    lines = [f"error: {diag.message_primary or str(e).strip()}"]
+    if diag.message_detail:
+        lines.append(f"DETAIL: {diag.message_detail}")
+    if diag.message_hint:
+        lines.append(f"HINT: {diag.message_hint}")
+    if e.sqlstate:
+        lines.append(f"SQLSTATE: {e.sqlstate}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command not in PASS_THROUGH:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
+    try:
+        return run(args)
+    except SabreError as e:
+        print(f"error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # psycopg is imported lazily; match its errors by type
+        import psycopg
+
+        if not isinstance(e, psycopg.Error):
+            raise
+        print(_format_db_error(e), file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Shared fixtures.
+
+Database fixtures (started lazily, only when a test asks for one):
+
+``sabre_cluster``  session: a throwaway :class:`LocalCluster` under /tmp (fsync off,
+                   its own free port), stopped and deleted at the end.
+``pg_conn``        a psycopg connection (autocommit) to a fresh database of its own,
+                   with sabre installed in schema ``sabre`` and
+                   ``search_path = public, sabre`` (also set on the database, so
+                   further connections get it). Fresh databases are cloned from a
+                   template that has sabre installed once per session.
+``pg_dsn``         the conninfo of ``pg_conn``'s database.
+``pg_connect``     ``pg_connect(**overrides)`` opens more connections to that database
+                   (e.g. ``user="analyst"``), closed after the test.
+
+``shared_dir``     session: Path of ``../shared/data`` (adult, li2007); fails if missing.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from pytest_postgresql import factories
+
+from sabre_pg import installer
+from sabre_pg.cluster import LocalCluster, first_free_port
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+SHARED_DATA_DIR = REPO_DIR.parent / "shared" / "data"
+SABRE_SCHEMA = "sabre"
+TEST_PORT_BASE = 55400  # away from the embedded cluster's 54329
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not (SHARED_DATA_DIR / "adult").is_dir() or not (SHARED_DATA_DIR / "li2007").is_dir():
+        pytest.fail(
+            f"test data not found at {SHARED_DATA_DIR}: the shared data directory (adult/, li2007/) "
+            "must sit at ../shared/data beside the repository, as it does in CI"
+        )
+    return SHARED_DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def sabre_cluster():
+    root = Path(tempfile.mkdtemp(prefix="sabre-pg-test-"))
+    cluster = LocalCluster(root, first_free_port(TEST_PORT_BASE), fsync=False)
+    try:
+        cluster.start(ensure_database=False)
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _sabre_server(sabre_cluster):
+    """The base pytest-postgresql's noproc fixture attaches to (``depends_on``)."""
+    return SimpleNamespace(
+        host=str(sabre_cluster.socket_dir), port=sabre_cluster.port, user=sabre_cluster.superuser,
+        password=None, options="", maintenance_dbname="postgres", template_dbname=None,
+    )
+
+
+def _install_sabre(host, port, user, dbname, password=None, **_):
+    """pytest-postgresql loader: install sabre into the template database."""
+    with psycopg.connect(host=host, port=port, user=user, dbname=dbname, password=password) as conn:
+        installer.install(conn, SABRE_SCHEMA)
+
+
+postgresql_sabre_proc = factories.postgresql_noproc(
+    dbname="sabre_test", load=[_install_sabre], depends_on="_sabre_server"
+)
+postgresql_sabre = factories.postgresql("postgresql_sabre_proc")
+
+
+@pytest.fixture
+def pg_conn(postgresql_sabre) -> psycopg.Connection:
+    conn = postgresql_sabre
+    conn.autocommit = True
+    conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, {}").format(
+        sql.Identifier(conn.info.dbname), sql.Identifier(SABRE_SCHEMA)))
+    conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(SABRE_SCHEMA)))
+    return conn
+
+
+@pytest.fixture
+def pg_dsn(pg_conn) -> str:
+    return pg_conn.info.dsn
+
+
+@pytest.fixture
+def pg_connect(pg_dsn):
+    opened: list[psycopg.Connection] = []
+
+    def connect(autocommit: bool = True, **overrides) -> psycopg.Connection:
+        conn = psycopg.connect(make_conninfo(pg_dsn, **overrides), autocommit=autocommit)
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        conn.close()

@@ -1,0 +1,92 @@
+"""CLI and DSN resolution, without a database."""
+from __future__ import annotations
+
+import pytest
+
+from sabre_pg import cli, connect
+from sabre_pg.errors import SabreError
+
+NO_ENV: dict[str, str] = {}
+
+
+def ns(**kw):
+    return cli.build_parser().parse_args(["check", *sum(([f"--{k}", v] for k, v in kw.items()), [])])
+
+
+def test_explicit_dsn_wins():
+    env = {"DATABASE_URL": "postgresql://u@h/db", "PGHOST": "x"}
+    assert connect.dsn_source(ns(dsn="host=a dbname=b"), env) == ("arg", "host=a dbname=b")
+    assert connect.resolve_dsn(ns(dsn="host=a dbname=b"), env) == "host=a dbname=b"
+
+
+def test_database_url_before_libpq_vars():
+    env = {"DATABASE_URL": "postgresql://u@h/db", "PGHOST": "x"}
+    assert connect.dsn_source(ns(), env) == ("env", "postgresql://u@h/db")
+
+
+@pytest.mark.parametrize("var", ["PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"])
+def test_libpq_variables_mean_libpq_defaults(var):
+    assert connect.dsn_source(ns(), {var: "something"}) == ("libpq", "")
+    assert connect.resolve_dsn(ns(), {var: "something"}) == ""
+
+
+def test_unrelated_or_empty_variables_fall_through_to_embedded():
+    env = {"PGPASSWORD": "secret", "PGHOST": "", "DATABASE_URL": ""}
+    assert connect.dsn_source(ns(), env) == ("embedded", None)
+
+
+def test_embedded_cluster_started_on_demand(monkeypatch):
+    started = []
+
+    class FakeCluster:
+        def __init__(self, schema="sabre"):
+            self.schema = schema
+
+        def start(self):
+            started.append(self.schema)
+            return self
+
+        def dsn(self):
+            return "host=/fake port=1 dbname=sabre"
+
+    import sabre_pg.cluster
+
+    monkeypatch.setattr(sabre_pg.cluster, "LocalCluster", FakeCluster)
+    assert connect.resolve_dsn(ns(), NO_ENV) == "host=/fake port=1 dbname=sabre"
+    assert started == ["sabre"]
+
+
+def test_resolve_dsn_reads_process_environment(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgresql://from-env/db")
+    assert connect.resolve_dsn(ns()) == "postgresql://from-env/db"
+
+
+def test_parser_subcommands():
+    p = cli.build_parser()
+    a = p.parse_args(["gen", "--rows", "10", "--seed", "3", "--table", "t"])
+    assert (a.rows, a.seed, a.table, a.schema, a.sabre_schema) == (10, 3, "t", "public", "sabre")
+    a = p.parse_args(["load", "x.csv", "--hierarchies", "d"])
+    assert (a.csv, a.hierarchies, a.delimiter) == ("x.csv", "d", ";")
+    a = p.parse_args(["uninstall", "--purge", "--schema", "s"])
+    assert a.purge and a.sabre_schema == "s"
+    a = p.parse_args(["server", "status", "--port", "5999"])
+    assert (a.action, a.port) == ("status", 5999)
+
+
+def test_unknown_options_rejected_except_pass_through(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["install", "--bogus"])
+    assert exc.value.code == 2
+    assert "--bogus" in capsys.readouterr().err
+
+
+def test_missing_plugin_module_is_a_clear_error():
+    with pytest.raises(SabreError, match="sabre_pg.no_such_plugin"):
+        cli._plugin("no_such_plugin")
+
+
+def test_connection_error_printed_without_traceback(capsys, tmp_path):
+    rc = cli.main(["check", "--dsn", f"host={tmp_path} port=1 connect_timeout=2"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("error:") and "Traceback" not in err
