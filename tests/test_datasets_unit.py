@@ -1,0 +1,184 @@
+"""Unit tests for sabre_pg.datasets that need no database."""
+from __future__ import annotations
+
+import pytest
+
+from sabre_pg import datasets as ds
+
+# column -> (number of leaves, height)
+EXPECTED = {
+    "sex": (2, 1),
+    "marital": (6, 2),
+    "race": (9, 1),
+    "workclass": (10, 3),
+    "birthplace": (83, 2),
+}
+
+
+def _rows(text: str) -> list[list[str]]:
+    assert text.endswith("\n")
+    return [line.split(";") for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("column", sorted(EXPECTED))
+def test_census_hierarchy_shape(column):
+    leaves, height = EXPECTED[column]
+    rows = _rows(ds.census_hierarchy_csv(column))
+    assert len(rows) == leaves
+    assert {len(r) for r in rows} == {height + 1}, "every row must have the same length"
+    assert ds.census_hierarchy_height(column) == height
+    assert {r[-1] for r in rows} == {"*"}, "single root '*'"
+    assert len({r[0] for r in rows}) == leaves, "leaves must be unique"
+    assert all(label and label.strip() == label for r in rows for label in r)
+    assert [r[0] for r in rows] == ds.census_values(column)
+
+
+@pytest.mark.parametrize("column", sorted(EXPECTED))
+def test_census_hierarchy_is_a_tree(column):
+    """Every node has exactly one parent (identified by level and label)."""
+    parent = {}
+    for r in _rows(ds.census_hierarchy_csv(column)):
+        for level in range(len(r) - 1):
+            key = (level, r[level])
+            assert parent.setdefault(key, r[level + 1]) == r[level + 1], (column, r)
+
+
+def test_census_hierarchy_levels_group_values():
+    marital = _rows(ds.census_hierarchy_csv("marital"))
+    assert 2 <= len({r[1] for r in marital}) <= 3
+    birth = _rows(ds.census_hierarchy_csv("birthplace"))
+    regions = {r[1] for r in birth}
+    assert 5 <= len(regions) < 83
+    assert ["United-States", "North-America", "*"] in birth
+    work = _rows(ds.census_hierarchy_csv("workclass"))
+    assert len({r[1] for r in work}) > len({r[2] for r in work}) > 1
+
+
+def test_census_hierarchy_delimiter():
+    assert ds.census_hierarchy_csv("sex", delimiter=",") == "Male,*\nFemale,*\n"
+
+
+def test_census_hierarchy_unknown_column():
+    with pytest.raises(ValueError, match="age"):
+        ds.census_hierarchy_csv("age")  # numerical: no hierarchy
+    with pytest.raises(ValueError):
+        ds.census_hierarchy_csv("nope")
+
+
+def test_census_domains():
+    assert ds.census_values("age") == list(range(17, 96))
+    assert len(ds.census_values("age")) == 79
+    assert ds.census_values("education") == list(range(1, 18))
+    assert ds.census_values("salary") == list(range(1, 51))
+    assert [c for c, _, _ in ds.CENSUS_COLUMNS] == [
+        "age", "sex", "education", "marital", "race", "workclass", "birthplace", "salary"]
+
+
+def test_census_rejects_bad_arguments():
+    # argument checks happen before the connection is touched
+    with pytest.raises(ValueError):
+        ds.generate_census(None, rows=0)
+    with pytest.raises(ValueError):
+        ds.generate_census(None, rows="many")
+    with pytest.raises(ValueError):
+        ds.generate_census(None, seed=-1)
+    with pytest.raises(ValueError):
+        ds.generate_census(None, rows=1.5)
+
+
+# ---- ARX loader: everything that fails before the database is used ----------
+
+def test_infer_type():
+    assert ds._infer_type(["1", "22", "-3"]) == "integer"
+    assert ds._infer_type(["1", "", "3"]) == "integer"
+    assert ds._infer_type(["1", "2.5"]) == "numeric"
+    assert ds._infer_type(["1e3", "2"]) == "numeric"
+    assert ds._infer_type(["1", "x"]) == "text"
+    assert ds._infer_type(["01234", "47677"]) == "text", "leading zeros (ZIP codes) stay text"
+    assert ds._infer_type(["9999999999"]) == "bigint"
+    assert ds._infer_type(["NaN"]) == "text"
+    assert ds._infer_type(["", ""]) == "text"
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="not found"):
+        ds.load_arx(None, tmp_path / "nope.csv")
+
+
+def test_load_missing_hierarchy_dir(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("a;b\n1;2\n")
+    with pytest.raises(ValueError, match="hierarchy directory not found"):
+        ds.load_arx(None, f, hierarchy_dir=tmp_path / "nope")
+
+
+def test_load_ragged_rows_names_the_line(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("a;b;c\n1;2;3\n4;5\n7;8;9\n")
+    with pytest.raises(ValueError, match=r"line 3 has 2 fields, expected 3"):
+        ds.load_arx(None, f)
+
+
+def test_load_ragged_rows_crlf(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_bytes(b"a;b\r\n1;2\r\n3;4\r\n5;6;7\r\n")
+    with pytest.raises(ValueError, match=r"line 4 has 3 fields"):
+        ds.load_arx(None, f)
+
+
+def test_load_empty_file(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("")
+    with pytest.raises(ValueError, match="header missing"):
+        ds.load_arx(None, f)
+
+
+def test_load_header_missing(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("1;2;3\n4;5;6\n")
+    with pytest.raises(ValueError, match="header missing"):
+        ds.load_arx(None, f)
+
+
+def test_load_header_empty_name(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("a;;c\n1;2;3\n")
+    with pytest.raises(ValueError, match="empty column name"):
+        ds.load_arx(None, f)
+
+
+def test_load_duplicate_header(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("a;b;a\n1;2;3\n")
+    with pytest.raises(ValueError, match="duplicate column"):
+        ds.load_arx(None, f)
+
+
+def test_load_ragged_hierarchy(tmp_path):
+    (tmp_path / "d.csv").write_text("a;b\nx;1\ny;2\n")
+    (tmp_path / "d_hierarchy_a.csv").write_text("x;g;*\ny;*\n")
+    with pytest.raises(ValueError, match=r"d_hierarchy_a.csv: line 2 has 2 fields"):
+        ds.load_arx(None, tmp_path / "d.csv")
+
+
+def test_load_hierarchy_for_unknown_column(tmp_path):
+    (tmp_path / "d.csv").write_text("a;b\nx;1\n")
+    (tmp_path / "d_hierarchy_zz.csv").write_text("x;*\n")
+    with pytest.raises(ValueError, match="unknown column"):
+        ds.load_arx(None, tmp_path / "d.csv")
+
+
+def test_find_hierarchies_by_prefix(tmp_path):
+    (tmp_path / "d.csv").write_text("a;b-c\n")
+    (tmp_path / "d_hierarchy_a.csv").write_text("x;*\n")
+    (tmp_path / "d_hierarchy_b-c.csv").write_text("x;*\n")
+    (tmp_path / "other_hierarchy_a.csv").write_text("x;*\n")
+    found = ds._find_hierarchies(tmp_path / "d.csv", tmp_path, ["a", "b-c"])
+    assert {c: p.name for c, p in found.items()} == {
+        "a": "d_hierarchy_a.csv", "b-c": "d_hierarchy_b-c.csv"}
+
+
+def test_normalize_hierarchy_crlf(tmp_path):
+    p = tmp_path / "h.csv"
+    p.write_bytes(b"\xef\xbb\xbfx;g;*\r\ny;g;*\r\n\r\n")
+    assert ds._normalize_hierarchy(p, ";") == "x;g;*\ny;g;*\n"
