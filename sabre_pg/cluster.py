@@ -85,6 +85,8 @@ def find_bindir() -> Path:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # Like the server itself: TIME_WAIT leftovers do not count, a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -178,6 +180,13 @@ class LocalCluster:
         """Init and start if needed; then ensure database ``sabre`` with sabre installed."""
         self.init()
         if not self.is_running():
+            socket_path = self.socket_dir / f".s.PGSQL.{self.port}"
+            if len(str(socket_path).encode()) > 107:
+                raise ClusterError(f"socket path {socket_path} is too long for a Unix socket; "
+                                   "choose a shorter cluster directory (--data-dir or $XDG_DATA_HOME)")
+            if not _port_free(self.port):
+                raise ClusterError(f"port {self.port} on 127.0.0.1 is taken by another program; "
+                                   f"start with another port (--port), it is then remembered in {self.state_file}")
             self.socket_dir.mkdir(parents=True, exist_ok=True)
             self._chown(self.socket_dir)
             if not self.log_file.exists():

@@ -21,6 +21,7 @@ package version plus a fresh random ``build_id``. Backends compare that
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import uuid
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 import sabre_pg
 from sabre_pg.errors import SabreError
@@ -214,11 +216,26 @@ def _require_superuser(conn: psycopg.Connection, action: str) -> None:
         )
 
 
-def _finish(conn: psycopg.Connection) -> None:
-    if not conn.autocommit:
-        conn.commit()
+def _tidy(fn):
+    """Operations taking a connection leave it as they found it: on a non-autocommit
+    connection that was idle, the transaction they started is committed (rolled back
+    on error); inside a caller's open transaction they just take part in it."""
+    @functools.wraps(fn)
+    def wrapper(conn, *args, **kwargs):
+        was_idle = not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+        try:
+            result = fn(conn, *args, **kwargs)
+        except BaseException:
+            if was_idle and conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
+                conn.rollback()
+            raise
+        if was_idle and conn.info.transaction_status == TransactionStatus.INTRANS:
+            conn.commit()
+        return result
+    return wrapper
 
 
+@_tidy
 def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """Install or upgrade sabre-pg in ``schema``, in one transaction. Returns version and build_id."""
     q = sql.Identifier(check_schema_name(schema))
@@ -253,13 +270,13 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
                         ).format(q),
                         list(meta.items()) + [("installed_at", None)],
                     )
-    _finish(conn)
     return {"schema": schema, "version": sabre_pg.__version__, "build_id": build_id}
 
 
 upgrade = install
 
 
+@_tidy
 def installed_meta(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """``<schema>.meta`` as a dict; empty when sabre-pg is not installed there."""
     check_schema_name(schema)
@@ -269,15 +286,16 @@ def installed_meta(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     return dict(rows)
 
 
+@_tidy
 def is_current(conn: psycopg.Connection, schema: str = "sabre") -> bool:
     meta = installed_meta(conn, schema)
-    _finish(conn)
     return meta.get("version") == sabre_pg.__version__ and meta.get("source_hash") == source_hash(schema)
 
 
 _DROP_KIND = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW", "f": "FOREIGN TABLE"}
 
 
+@_tidy
 def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tuple[str, str, str]]:
     """(schema, name, relkind) of existing relations listed in ``<schema>.runs``, if that
     table exists and has an ``output`` or ``output_name`` column."""
@@ -305,6 +323,7 @@ def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tu
     ).fetchall()
 
 
+@_tidy
 def uninstall(conn: psycopg.Connection, schema: str = "sabre", purge: bool = False) -> dict:
     """Drop the sabre schema (functions, catalog tables, modules).
 
@@ -323,10 +342,10 @@ def uninstall(conn: psycopg.Connection, schema: str = "sabre", purge: bool = Fal
                     sql.SQL(_DROP_KIND.get(kind, "TABLE")), sql.Identifier(nsp), sql.Identifier(rel)))
                 dropped.append(f"{nsp}.{rel}")
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(q))
-    _finish(conn)
     return {"schema": schema, "dropped_outputs": dropped}
 
 
+@_tidy
 def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """A report on the server and the sabre-pg installation in ``schema``; ``ok`` sums it up."""
     check_schema_name(schema)
@@ -347,7 +366,6 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
         "selftest": None,
         "selftest_error": None,
     }
-    _finish(conn)
     if meta:
         try:
             with conn.transaction():
@@ -355,7 +373,6 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
             report["selftest"] = row[0]
         except psycopg.Error as e:
             report["selftest_error"] = f"{e.sqlstate or ''} {e.diag.message_primary or e}".strip()
-        _finish(conn)
     st = report["selftest"] or {}
     report["backend_python"] = st.get("python")
     report["backend_numpy"] = st.get("numpy")

@@ -19,6 +19,10 @@ CREATE TABLE IF NOT EXISTS @schema@.modules (
 COMMENT ON TABLE @schema@.modules IS
     'Python source served to PL/Python functions by the sabre-pg import hook (written by the installer)';
 
+-- Every PL/Python function reads both at its start (the bootstrap preamble), so any role
+-- allowed to use the schema must be able to read them. Nothing in them is secret.
+GRANT SELECT ON @schema@.meta, @schema@.modules TO PUBLIC;
+
 CREATE OR REPLACE FUNCTION @schema@.sabre_version() RETURNS text
 LANGUAGE sql STABLE AS $fn$
     SELECT value FROM @schema@.meta WHERE key = 'version'

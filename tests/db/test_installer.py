@@ -48,11 +48,22 @@ def test_install_is_idempotent_and_records_version(pg_conn):
     assert {"sabre_pg", "sabre_pg.core", "sabre_plpy", installer.LOADER_MODULE} <= names
 
 
-def test_install_into_non_transactional_connection(pg_dsn, pg_connect):
+def test_non_autocommit_connection_left_idle(pg_connect):
     conn = pg_connect(autocommit=False)
     installer.install(conn, "sabre_tx")
-    assert not conn.info.transaction_status  # committed, idle
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # committed
     assert meta(pg_connect(), "sabre_tx")["version"] == sabre_pg.__version__
+    assert installer.check(conn, "sabre_tx")["ok"] is True
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_inside_callers_transaction_nothing_is_committed(pg_conn, pg_connect):
+    conn = pg_connect(autocommit=False)
+    conn.execute("SELECT 1")  # the caller's transaction is open
+    installer.install(conn, "sabre_rb")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    conn.rollback()
+    assert not schema_exists(pg_conn, "sabre_rb")
 
 
 def test_selftest_runs_in_backend(pg_conn):
@@ -179,6 +190,13 @@ def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_dsn, analyst, caps
     assert rc == 1
     assert "SUPERUSER" in err and "Traceback" not in err
     assert not schema_exists(pg_conn, "sabre_denied")
+
+
+def test_analyst_with_schema_usage_can_run_functions(pg_conn, pg_connect, analyst):
+    pg_conn.execute(f"GRANT USAGE ON SCHEMA sabre TO {analyst}")
+    conn = pg_connect(user=analyst)
+    assert conn.execute("SELECT sabre.sabre_selftest()").fetchone()[0]["ok"] is True
+    assert conn.execute("SELECT sabre.sabre_version()").fetchone()[0] == sabre_pg.__version__
 
 
 def test_invalid_schema_name_rejected(pg_conn):
