@@ -1,0 +1,16 @@
+"""SABRE core: pure Python + numpy, no database imports; runs client side and in PL/Python.
+
+One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 2011):
+
+========================  =================================================
+``hierarchy``             generalization hierarchies H (ARX format)
+``emd``                   §3.1 ordered / hierarchical EMD, SA domain
+``buckets``               §4.2 bucketCat, bucketNum, CET^U (Theorems 2, 3)
+``redistribute``          §4.3 ECSize, dichotomize, bucket EMD (Theorem 4)
+``hilbert``               §4.4 Hilbert keys (SABRE-AK)
+``takeout``               §4.4 takeOut: AK, KNN, Hilbert-order sweep
+``generalize``            EC generalization: ranges and LCAs
+``metrics``               §3.2/§6 IL, AIL, closeness, discernibility, AECS
+``sabre``                 the pipeline (Algorithm 1)
+========================  =================================================
+"""

@@ -1,0 +1,224 @@
+"""SA bucketization (§4.2): bucketCat, bucketNum and the upper bounds of Theorems 2 and 3.
+
+A bucket is a contiguous range ``[lo, hi)`` of SA codes (pre-order leaf positions for a
+categorical SA, indices of sorted distinct values for a numerical SA), so each bucket is a
+hierarchy node or a value interval.  ``q`` is the whole table's SA distribution.
+
+* CET^U of a categorical bucket (Theorem 2): ``h(LCA)/h(H) * (sum q - min q)`` over the
+  bucket's values present in the table (q > 0).
+* CET^U of a numerical bucket (Theorem 3): ``max_l sum_i d(l, i) q_i``; the sum is convex in
+  l, so the maximum is at the bucket's first or last value and costs O(1) with prefix sums.
+* U = sum of CET^U over the buckets.  Both greedy algorithms split the bucket whose split
+  reduces U the most (``dv``) until ``U < t``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .emd import SADomain
+
+
+@dataclass
+class Bucket:
+    lo: int                   # first SA code (inclusive)
+    hi: int                   # last SA code + 1
+    bound: float              # CET^U
+    node: int | None = None   # hierarchy node (categorical SA)
+
+    @property
+    def codes(self) -> range:
+        return range(self.lo, self.hi)
+
+
+@dataclass
+class Split:
+    """One greedy step: ``parent`` replaced by ``children``; U after the step."""
+    parent: Bucket
+    children: list
+    dv: float
+    U: float
+
+
+@dataclass
+class Bucketization:
+    buckets: list               # Bucket, sorted by lo
+    U: float
+    domain: SADomain
+    q: np.ndarray
+    trace: list = field(default_factory=list)   # list[Split]
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.buckets)
+
+    def bucket_of_code(self) -> np.ndarray:
+        """Bucket index of every SA code; -1 for codes of empty subtrees left out of all buckets."""
+        out = np.full(self.domain.m, -1, dtype=np.int64)
+        for b, bk in enumerate(self.buckets):
+            out[bk.lo:bk.hi] = b
+        return out
+
+    def counts(self, code_counts: np.ndarray) -> np.ndarray:
+        return np.array([code_counts[b.lo:b.hi].sum() for b in self.buckets], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- bounds
+class _Prefix:
+    """Prefix sums of q and i*q for O(1) range sums."""
+
+    def __init__(self, q: np.ndarray):
+        idx = np.arange(len(q), dtype=np.float64)
+        self.Q0 = np.concatenate(([0.0], np.cumsum(q)))
+        self.Q1 = np.concatenate(([0.0], np.cumsum(idx * q)))
+
+    def sums(self, a, b):
+        """sum q and sum i*q over inclusive code ranges [a, b] (vectorized)."""
+        return self.Q0[np.asarray(b) + 1] - self.Q0[a], self.Q1[np.asarray(b) + 1] - self.Q1[a]
+
+
+def cet_numerical(q, lo: int, hi: int, m: int | None = None) -> float:
+    """Theorem 3 bound of the numerical bucket [lo, hi) (codes with q > 0 assumed)."""
+    q = np.asarray(q, dtype=np.float64)
+    m = len(q) if m is None else m
+    if hi - lo <= 1 or m <= 1:
+        return 0.0
+    pre = _Prefix(q)
+    s0, s1 = pre.sums(lo, hi - 1)
+    return float(max(s1 - lo * s0, (hi - 1) * s0 - s1) / (m - 1))
+
+
+def cet_categorical(q, lo: int, hi: int, hierarchy) -> float:
+    """Theorem 2 bound of the categorical bucket made of leaves [lo, hi)."""
+    q = np.asarray(q, dtype=np.float64)
+    present = np.flatnonzero(q[lo:hi] > 0) + lo
+    if len(present) <= 1 or hierarchy.height == 0:
+        return 0.0
+    h = int(hierarchy.lca_level(present[0], present[-1]))
+    s = q[present]
+    return float(h / hierarchy.height * (s.sum() - s.min()))
+
+
+def upper_bound(buckets) -> float:
+    """U of Theorem 4: the sum of the buckets' CET^U."""
+    return float(sum(b.bound for b in buckets))
+
+
+# --------------------------------------------------------------------------- bucketNum
+def _best_num_split(pre: _Prefix, lo: int, hi: int, m: int):
+    """Best split point of [lo, hi): returns (s, cet1, cet2) with c1=[lo,s), c2=[s,hi); O(hi-lo)."""
+    s = np.arange(lo + 1, hi)                    # c1 = [lo, s-1], c2 = [s, hi-1]
+    a0, a1 = pre.sums(lo, s - 1)
+    b0, b1 = pre.sums(s, hi - 1)
+    c1 = np.maximum(a1 - lo * a0, (s - 1) * a0 - a1) / (m - 1)
+    c2 = np.maximum(b1 - s * b0, (hi - 1) * b0 - b1) / (m - 1)
+    i = int(np.argmin(c1 + c2))
+    return int(s[i]), float(c1[i]), float(c2[i])
+
+
+def bucket_num(q, t: float) -> Bucketization:
+    """bucketNum: greedy best-point splits of the sorted SA domain until U < t."""
+    q = np.asarray(q, dtype=np.float64)
+    m = len(q)
+    dom = SADomain("numerical", m=m)
+    pre = _Prefix(q)
+    root = Bucket(0, m, cet_numerical(q, 0, m))
+    buckets = [root]
+    U = root.bound
+    trace: list[Split] = []
+    cand: dict[int, tuple] = {}                  # id(bucket) -> (dv, s, c1, c2)
+
+    def candidate(b: Bucket):
+        if b.hi - b.lo < 2 or m < 2:
+            return None
+        s, c1, c2 = _best_num_split(pre, b.lo, b.hi, m)
+        return (b.bound - (c1 + c2), s, c1, c2)
+
+    cand[id(root)] = candidate(root)
+    while U >= t:
+        best = None
+        for i, b in enumerate(buckets):
+            c = cand.get(id(b))
+            if c is not None and (best is None or c[0] > best[1][0]):
+                best = (i, c)
+        if best is None:
+            break
+        i, (dv, s, c1, c2) = best
+        b = buckets[i]
+        kids = [Bucket(b.lo, s, c1), Bucket(s, b.hi, c2)]
+        buckets[i:i + 1] = kids
+        del cand[id(b)]
+        for kb in kids:
+            cand[id(kb)] = candidate(kb)
+        U = upper_bound(buckets)
+        trace.append(Split(b, kids, dv, U))
+    return Bucketization(buckets, U, dom, q, trace)
+
+
+# --------------------------------------------------------------------------- bucketCat
+def bucket_cat(q, hierarchy, t: float) -> Bucketization:
+    """bucketCat: split hierarchy nodes into their (non-empty) children, largest dv first."""
+    q = np.asarray(q, dtype=np.float64)
+    h = hierarchy
+    if len(q) != h.n_leaves:
+        raise ValueError("q has %d values, hierarchy has %d leaves" % (len(q), h.n_leaves))
+    dom = SADomain("categorical", hierarchy=h)
+    mass = np.concatenate(([0.0], np.cumsum(q)))
+    kids_of: dict[int, list[int]] = {}
+    for nid in range(h.n_nodes):
+        p = int(h.parent[nid])
+        if p >= 0:
+            kids_of.setdefault(p, []).append(nid)
+
+    def nonempty_children(nid):
+        return [c for c in kids_of.get(nid, []) if mass[h.hi[c]] - mass[h.lo[c]] > 0]
+
+    def descend(nid):
+        # a node with a single non-empty child is that child, as far as the SA is concerned
+        while True:
+            kids = nonempty_children(nid)
+            if len(kids) != 1:
+                return nid
+            nid = kids[0]
+
+    def make(nid):
+        return Bucket(int(h.lo[nid]), int(h.hi[nid]),
+                      cet_categorical(q, int(h.lo[nid]), int(h.hi[nid]), h), nid)
+
+    def candidate(b: Bucket):
+        kids = nonempty_children(b.node)
+        if len(kids) < 2:
+            return None
+        made = [make(descend(c)) for c in kids]
+        return (b.bound - sum(k.bound for k in made), made)
+
+    root = make(descend(h.root))
+    buckets = [root]
+    cand = {id(root): candidate(root)}
+    U = root.bound
+    trace: list[Split] = []
+    while U >= t:
+        best = None
+        for i, b in enumerate(buckets):
+            c = cand.get(id(b))
+            if c is not None and (best is None or c[0] > best[1][0]):
+                best = (i, c)
+        if best is None:
+            break
+        i, (dv, kids) = best
+        b = buckets[i]
+        buckets[i:i + 1] = kids
+        del cand[id(b)]
+        for kb in kids:
+            cand[id(kb)] = candidate(kb)
+        U = upper_bound(buckets)
+        trace.append(Split(b, kids, dv, U))
+    return Bucketization(buckets, U, dom, q, trace)
+
+
+def bucketize(q, t: float, domain: SADomain) -> Bucketization:
+    """Dispatch on the SA kind: bucketNum for numerical, bucketCat for categorical."""
+    if domain.numerical:
+        return bucket_num(q, t)
+    return bucket_cat(q, domain.hierarchy, t)

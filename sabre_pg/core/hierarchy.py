@@ -1,0 +1,201 @@
+"""Generalization hierarchies (the paper's H, §3.1) built from ARX-format rows.
+
+An ARX hierarchy file has one row per leaf: ``leaf;level1;...;root``; every row has the
+same length, so every leaf sits at depth ``height`` and a node's *height* is its column
+index (leaves 0, root ``height``).  The ground distance between two leaves is
+``h(LCA)/h(H)``.
+
+Nodes are identified by (level, label), so the same label may appear on two levels
+(``Other;Other;*``).  Leaves are numbered in *pre-order* (siblings in order of first
+appearance), which makes every node's leaves a contiguous range ``[lo, hi)``; the LCA of a
+set of leaves is then the LCA of its left-most and right-most leaf.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class HierarchyError(ValueError):
+    """A malformed hierarchy; the message names the offending row (1-based)."""
+
+
+def parse_arx(text: str, delimiter: str = ";") -> list[list[str]]:
+    """Split ARX-format text into rows of labels (blank lines ignored)."""
+    if not delimiter:
+        raise HierarchyError("the delimiter must not be empty")
+    rows = []
+    for line in text.splitlines():
+        line = line.rstrip("\r")
+        if line.strip() == "":
+            continue
+        rows.append(line.split(delimiter))
+    return rows
+
+
+class Hierarchy:
+    """A validated generalization hierarchy.
+
+    Attributes
+    ----------
+    height : int
+        h(H), the root's height (0 for a single-node hierarchy).
+    leaves : list[str]
+        leaf labels in pre-order; ``leaf_pos[label]`` is a leaf's position.
+    labels, level, lo, hi, parent : per node (node ids are assigned level by level,
+        each level in pre-order): label, height, leaf range [lo, hi), parent id (-1 for root).
+    anc : ndarray (n_leaves, height + 1)
+        node id of each leaf's ancestor at every level (column 0 is the leaf itself).
+    """
+
+    def __init__(self, rows, name: str | None = None):
+        self.name = name
+        rows = [list(r) for r in rows]
+        if not rows:
+            raise HierarchyError("hierarchy %s has no rows" % self._nm())
+        width = len(rows[0])
+        for i, r in enumerate(rows):
+            if len(r) != width:
+                raise HierarchyError(
+                    "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"
+                    % (self._nm(), i + 1, len(r), width, ";".join(r)))
+            for j, lab in enumerate(r):
+                if lab == "":
+                    raise HierarchyError("hierarchy %s: row %d has an empty label in column %d"
+                                         % (self._nm(), i + 1, j + 1))
+        self.height = H = width - 1
+        root = rows[0][-1]
+        for i, r in enumerate(rows):
+            if r[-1] != root:
+                raise HierarchyError(
+                    "hierarchy %s: two roots, '%s' (row 1) and '%s' (row %d)"
+                    % (self._nm(), root, r[-1], i + 1))
+        seen_leaf: dict[str, int] = {}
+        for i, r in enumerate(rows):
+            if r[0] in seen_leaf:
+                raise HierarchyError(
+                    "hierarchy %s: leaf '%s' appears twice (rows %d and %d)"
+                    % (self._nm(), r[0], seen_leaf[r[0]] + 1, i + 1))
+            seen_leaf[r[0]] = i
+        # one parent per node; first appearance of every node
+        parent_of: dict[tuple[int, str], tuple[str, int]] = {}
+        first: dict[tuple[int, str], int] = {}
+        for i, r in enumerate(rows):
+            for j in range(width):
+                key = (j, r[j])
+                first.setdefault(key, i)
+                if j < H:
+                    p = parent_of.get(key)
+                    if p is None:
+                        parent_of[key] = (r[j + 1], i)
+                    elif p[0] != r[j + 1]:
+                        what = "leaf" if j == 0 else "node"
+                        raise HierarchyError(
+                            "hierarchy %s: %s '%s' has two parents, '%s' (row %d) and '%s' (row %d)"
+                            % (self._nm(), what, r[j], p[0], p[1] + 1, r[j + 1], i + 1))
+        # pre-order of leaves: sort rows by first appearance of ancestors, top-down
+        order = sorted(range(len(rows)),
+                       key=lambda i: tuple(first[(j, rows[i][j])] for j in range(H - 1, -1, -1)))
+        self.rows = [rows[i] for i in order]
+        self.leaves = [r[0] for r in self.rows]
+        self.leaf_pos = {lab: p for p, lab in enumerate(self.leaves)}
+        n = len(self.rows)
+        # nodes level by level in pre-order
+        labels, level, lo, hi = [], [], [], []
+        anc = np.empty((n, H + 1), dtype=np.int64)
+        node_id: dict[tuple[int, str], int] = {}
+        for j in range(H + 1):
+            for p, r in enumerate(self.rows):
+                key = (j, r[j])
+                nid = node_id.get(key)
+                if nid is None:
+                    nid = node_id[key] = len(labels)
+                    labels.append(r[j])
+                    level.append(j)
+                    lo.append(p)
+                    hi.append(p + 1)
+                else:
+                    hi[nid] = p + 1
+                anc[p, j] = nid
+        self.labels = labels
+        self.level = np.asarray(level, dtype=np.int64)
+        self.lo = np.asarray(lo, dtype=np.int64)
+        self.hi = np.asarray(hi, dtype=np.int64)
+        self.leaf_count = self.hi - self.lo
+        self.anc = anc
+        parent = np.full(len(labels), -1, dtype=np.int64)
+        for j in range(H):
+            parent[anc[:, j]] = anc[:, j + 1]
+        self.parent = parent
+        self.root = int(anc[0, H])
+        self.node_id = node_id
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_arx(cls, text: str, delimiter: str = ";", name: str | None = None) -> "Hierarchy":
+        return cls(parse_arx(text, delimiter), name=name)
+
+    @classmethod
+    def flat(cls, values, root: str = "*", name: str | None = None) -> "Hierarchy":
+        """Every leaf directly under one root: the equal ground distance."""
+        vals = [str(v) for v in values]
+        if not vals:
+            raise HierarchyError("a flat hierarchy needs at least one value")
+        if len(vals) == 1 and vals[0] == root:
+            return cls([[root]], name=name)
+        return cls([[v, root] for v in vals], name=name)
+
+    def _nm(self) -> str:
+        return "'%s'" % self.name if self.name else "(unnamed)"
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def n_leaves(self) -> int:
+        return len(self.leaves)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.labels)
+
+    @property
+    def is_flat(self) -> bool:
+        return self.height <= 1
+
+    def children(self, node: int) -> list[int]:
+        return [int(c) for c in np.flatnonzero(self.parent == node)]
+
+    def lca_level(self, a, b) -> np.ndarray:
+        """Height of the lowest common ancestor of leaves at positions a and b (vectorized)."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        eq = self.anc[a] == self.anc[b]          # (..., H+1), monotone along the last axis
+        return np.argmax(eq, axis=-1)
+
+    def lca_node(self, a, b) -> np.ndarray:
+        """Node id of the LCA of leaves at positions a and b (vectorized)."""
+        a = np.asarray(a, dtype=np.int64)
+        lv = self.lca_level(a, b)
+        return self.anc[a, lv]
+
+    def lca_of_leaves(self, positions) -> int:
+        pos = np.asarray(positions, dtype=np.int64)
+        return int(self.lca_node(pos.min(), pos.max()))
+
+    def distance_matrix(self) -> np.ndarray:
+        """Ground distance h(LCA(i, j))/h(H) between all pairs of leaves (for tests, small H)."""
+        idx = np.arange(self.n_leaves)
+        lv = self.lca_level(idx[:, None], idx[None, :])
+        return lv / self.height if self.height else np.zeros(lv.shape)
+
+    def codes(self, values) -> np.ndarray:
+        """Map labels to pre-order leaf positions; unknown labels raise KeyError naming one."""
+        pos = self.leaf_pos
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            try:
+                out[i] = pos[v]
+            except KeyError:
+                raise KeyError("value '%s' is not a leaf of hierarchy %s" % (v, self._nm())) from None
+        return out
+
+    def to_arx(self, delimiter: str = ";") -> str:
+        return "\n".join(delimiter.join(r) for r in self.rows) + "\n"
