@@ -276,11 +276,15 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
 upgrade = install
 
 
+def _relation_exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
+    qualified = f"{quote_schema(schema)}.{name}"
+    return conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None
+
+
 @_tidy
 def installed_meta(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """``<schema>.meta`` as a dict; empty when sabre-pg is not installed there."""
-    check_schema_name(schema)
-    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".meta',)).fetchone()[0] is None:
+    if not _relation_exists(conn, schema, "meta"):
         return {}
     rows = conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema))).fetchall()
     return dict(rows)
@@ -299,8 +303,7 @@ _DROP_KIND = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW",
 def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tuple[str, str, str]]:
     """(schema, name, relkind) of existing relations listed in ``<schema>.runs``, if that
     table exists and has an ``output`` or ``output_name`` column."""
-    check_schema_name(schema)
-    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".runs',)).fetchone()[0] is None:
+    if not _relation_exists(conn, schema, "runs"):
         return []
     cols = dict(conn.execute(
         "SELECT attname, atttypid::regtype::text FROM pg_attribute "
