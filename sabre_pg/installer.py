@@ -256,13 +256,12 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
             conn.execute(render_sql(f.read_text(encoding="utf-8"), schema))
             if f.name == CORE_SQL:
                 conn.execute(sql.SQL("DELETE FROM {}.modules").format(q))
+                meta = {"version": sabre_pg.__version__, "build_id": build_id, "source_hash": digest}
                 with conn.cursor() as cur:
                     cur.executemany(
                         sql.SQL("INSERT INTO {}.modules (name, source, is_package) VALUES (%s, %s, %s)").format(q),
                         modules,
                     )
-                meta = {"version": sabre_pg.__version__, "build_id": build_id, "source_hash": digest}
-                with conn.cursor() as cur:
                     cur.executemany(
                         sql.SQL(
                             "INSERT INTO {}.meta (key, value) VALUES (%s, coalesce(%s, now()::text)) "
@@ -290,10 +289,14 @@ def installed_meta(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     return dict(rows)
 
 
+def _meta_is_current(meta: dict, schema: str) -> bool:
+    return meta.get("version") == sabre_pg.__version__ and meta.get("source_hash") == source_hash(schema)
+
+
 @_tidy
 def is_current(conn: psycopg.Connection, schema: str = "sabre") -> bool:
-    meta = installed_meta(conn, schema)
-    return meta.get("version") == sabre_pg.__version__ and meta.get("source_hash") == source_hash(schema)
+    """Whether ``schema`` holds exactly what install() would write now."""
+    return _meta_is_current(installed_meta(conn, schema), schema)
 
 
 _DROP_KIND = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW", "f": "FOREIGN TABLE"}
@@ -364,8 +367,7 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
         "package_version": sabre_pg.__version__,
         "installed_version": meta.get("version"),
         "build_id": meta.get("build_id"),
-        "up_to_date": bool(meta) and meta.get("version") == sabre_pg.__version__
-        and meta.get("source_hash") == source_hash(schema),
+        "up_to_date": _meta_is_current(meta, schema),
         "selftest": None,
         "selftest_error": None,
     }
