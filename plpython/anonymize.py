@@ -1,0 +1,462 @@
+"""sabre_anonymize: SABRE inside PostgreSQL.
+
+Pipeline (all data moves in bulk, never row by row):
+1. validate arguments and the source (SQLSTATE + message + HINT on every bad input);
+2. one aggregate scan counts rows and NULLs; categorical values are checked against their
+   hierarchies with set-based queries;
+3. one scan reads every needed column as arrays (categorical values mapped to pre-order leaf
+   positions by a join with the hierarchy's leaves);
+4. the core engine (sabre_pg.core.sabre) bucketizes the SA summary, redistributes, computes
+   Hilbert keys and assigns tuples to ECs;
+5. the side table <schema>.keys_<run_id> (source key, bucket, hilbert_key, ec_id; btree on
+   (bucket, hilbert_key)) is written with one unnest of arrays;
+6. <output>_classes and <output> are built with set-based SQL under temporary names and
+   swapped in at the end, so a rerun replaces them atomically;
+7. the run is recorded in <schema>.runs.  Any error rolls everything back.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+
+from sabre_pg.core.emd import SADomain
+from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.sabre import QuasiIdentifier, anonymize, encode_numerical
+
+from . import common as C
+
+OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout")
+
+
+class Attr:
+    """A QI or the SA as read from the source."""
+
+    def __init__(self, name, col, kind, hierarchy_name=None):
+        self.name, self.col, self.kind, self.hname = name, col, kind, hierarchy_name
+        self.hierarchy: Hierarchy | None = None
+
+    @property
+    def numerical(self):
+        return self.kind == "numerical"
+
+
+def _options(plpy, options) -> dict:
+    if options is None:
+        return {}
+    try:
+        opts = json.loads(options) if isinstance(options, str) else dict(options)
+    except ValueError as e:
+        C.fail(plpy, C.INVALID_PARAMETER, "options is not valid JSON: %s" % e)
+    if not isinstance(opts, dict):
+        C.fail(plpy, C.INVALID_PARAMETER, "options must be a JSON object",
+               'For example options => \'{"key": "id", "seed": 1}\'.')
+    unknown = sorted(set(opts) - set(OPTION_KEYS))
+    if unknown:
+        C.fail(plpy, C.INVALID_PARAMETER, "unknown option(s): %s" % ", ".join(unknown),
+               "Known options: %s." % ", ".join(OPTION_KEYS))
+    return opts
+
+
+def _validate_scalars(plpy, t, k, method, opts):
+    if t is None or not isinstance(t, (int, float)) or math.isnan(t) or not (0 < t <= 1):
+        C.fail(plpy, C.INVALID_PARAMETER, "t must satisfy 0 < t <= 1, got %s" % t,
+               "t is the largest Earth Mover's Distance allowed between an equivalence class "
+               "and the whole table; typical values are 0.1 to 0.5.")
+    if k is None or k < 1:
+        C.fail(plpy, C.INVALID_PARAMETER, "k must be at least 1, got %s" % k,
+               "k is the minimum number of rows per equivalence class.")
+    if method not in ("ak", "knn"):
+        C.fail(plpy, C.INVALID_PARAMETER, "unknown method %s" % json.dumps(method),
+               "Use method => 'ak' (SABRE-AK, Hilbert curve) or 'knn' (SABRE-KNN, exact nearest neighbours).")
+    takeout = opts.get("takeout", "sweep")
+    if takeout not in ("sweep", "random"):
+        C.fail(plpy, C.INVALID_PARAMETER, "unknown takeout %s" % json.dumps(takeout),
+               "Use 'sweep' (seeds in Hilbert order, default) or 'random' (the paper's random seeds).")
+    nulls = opts.get("nulls", "error")
+    if nulls not in ("error", "drop"):
+        C.fail(plpy, C.INVALID_PARAMETER, "options.nulls must be 'error' or 'drop', got %s" % json.dumps(nulls),
+               "'drop' excludes rows with a NULL quasi-identifier or sensitive value.")
+    seed = opts.get("seed", 1)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        C.fail(plpy, C.INVALID_PARAMETER, "options.seed must be an integer", None)
+    replace = opts.get("replace", True)
+    if not isinstance(replace, bool):
+        C.fail(plpy, C.INVALID_PARAMETER, "options.replace must be true or false", None)
+    return takeout, nulls, seed, replace
+
+
+def _attributes(plpy, cols, quasi_identifiers, sensitive, opts):
+    if not quasi_identifiers:
+        C.fail(plpy, C.INVALID_PARAMETER, "quasi_identifiers is empty",
+               "List the columns an attacker may know, e.g. ARRAY['age','sex','zip'].")
+    qnames = list(quasi_identifiers)
+    seen = set()
+    for q in qnames:
+        if q is None:
+            C.fail(plpy, C.INVALID_PARAMETER, "quasi_identifiers contains NULL", None)
+        if q in seen:
+            C.fail(plpy, C.DUPLICATE_COLUMN, 'quasi-identifier "%s" is listed twice' % q,
+                   "List each column once.")
+        seen.add(q)
+    avail = ", ".join(list(cols)[:30])
+    for q in qnames + [sensitive]:
+        if q is None or q not in cols:
+            C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in the source' % q,
+                   "Available columns: %s. Names are case-sensitive and not parsed: pass them "
+                   "exactly as stored." % avail)
+    if sensitive in seen:
+        C.fail(plpy, C.INVALID_PARAMETER,
+               'the sensitive attribute "%s" is also listed among the quasi-identifiers' % sensitive,
+               "Remove it from quasi_identifiers: its values are published unchanged.")
+    hier = opts.get("hierarchies", {}) or {}
+    if not isinstance(hier, dict):
+        C.fail(plpy, C.INVALID_PARAMETER, "options.hierarchies must map column names to hierarchy names",
+               'For example {"marital": "marital_h"}.')
+    for col, hn in hier.items():
+        if col not in seen and col != sensitive:
+            C.fail(plpy, C.INVALID_PARAMETER,
+                   'options.hierarchies names column "%s", which is neither a quasi-identifier '
+                   'nor the sensitive attribute' % col, "Hierarchies apply to the listed columns only.")
+        if not isinstance(hn, str):
+            C.fail(plpy, C.INVALID_PARAMETER, "hierarchy name for %s must be a string" % col, None)
+    attrs = []
+    for name in qnames + [sensitive]:
+        col = cols[name]
+        kind = C.kind_of(col)
+        if name in hier:
+            kind = "categorical"        # a named hierarchy makes any column categorical
+        if kind is None:
+            C.fail(plpy, C.DATATYPE_MISMATCH,
+                   'column "%s" has type %s, which is neither numerical nor categorical' % (name, col["type"]),
+                   "Numeric and date/time types are numerical; text, varchar, bool and enum are "
+                   "categorical. Cast the column in a view.")
+        attrs.append(Attr(name, col, kind, hier.get(name)))
+    return attrs[:-1], attrs[-1]
+
+
+def _key(plpy, src, cols, opts):
+    key = opts.get("key")
+    if key is not None:
+        if not isinstance(key, str) or key not in cols:
+            C.fail(plpy, C.UNDEFINED_COLUMN, 'options.key column "%s" does not exist in the source' % key,
+                   "Name a column that identifies each row uniquely.")
+        unique_idx = plpy.execute(plpy.prepare(
+            "SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = i.indkey[0] WHERE i.indrelid = $1 AND i.indisunique "
+            "AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = $2", ["oid", "text"]),
+            [src["oid"], key])
+        return key, bool(len(unique_idx))
+    pk = plpy.execute(plpy.prepare(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY (i.indkey) WHERE i.indrelid = $1 AND i.indisprimary", ["oid"]),
+        [src["oid"]])
+    if len(pk) == 1:
+        return pk[0]["attname"], True
+    C.fail(plpy, C.INVALID_PARAMETER,
+           "cannot identify rows of %s: %s" % (src["qname"], "it has a composite primary key"
+                                                 if len(pk) > 1 else "it has no single-column primary key"),
+           'Name a unique column with options => \'{"key": "id"}\'.')
+
+
+def _output_name(plpy, src, output):
+    if output is None:
+        return src["nspname"], src["relname"] + "_sabre"
+    try:
+        parts = plpy.execute(plpy.prepare("SELECT parse_ident($1) AS p", ["text"]), [output])[0]["p"]
+    except plpy.SPIError:
+        C.fail(plpy, C.INVALID_NAME, "output %s is not a valid (optionally schema-qualified) name"
+               % json.dumps(output),
+               "Quote names with special characters, e.g. output => 'public.\"my;table\"'.")
+    if len(parts) == 1:
+        return src["nspname"], parts[0]
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    C.fail(plpy, C.INVALID_NAME, "output %s has too many dotted parts" % json.dumps(output),
+           "Use schema.table or table.")
+
+
+def _check_output(plpy, schema, src, oschema, oname, replace):
+    """Existing relations named <output> / <output>_classes must be sabre's own outputs."""
+    exists = plpy.execute(plpy.prepare("SELECT 1 FROM pg_namespace WHERE nspname = $1", ["text"]), [oschema])
+    if not len(exists):
+        C.fail(plpy, "3F000", 'schema "%s" of the output does not exist' % oschema,
+               "Create it first or choose another output schema.")
+    owned = []
+    for name in (oname, oname + "_classes"):
+        r = plpy.execute(plpy.prepare(
+            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = $1 AND c.relname = $2", ["text", "text"]), [oschema, name])
+        if not len(r):
+            continue
+        oid = r[0]["oid"]
+        if oid == src["oid"]:
+            C.fail(plpy, C.DUPLICATE_TABLE, "the output %s is the source itself" % C.qname(plpy, oschema, name),
+                   "The source is never modified: choose another output name.")
+        mine = plpy.execute(plpy.prepare(
+            "SELECT 1 FROM %s.runs WHERE output_oid = $1 OR output_name = $2 LIMIT 1"
+            % plpy.quote_ident(schema), ["oid", "text"]), [oid, C.qname(plpy, oschema, oname)])
+        if not len(mine):
+            C.fail(plpy, C.DUPLICATE_TABLE,
+                   "relation %s already exists and was not created by sabre" % C.qname(plpy, oschema, name),
+                   "Choose another output name or drop that relation yourself; options.replace only "
+                   "replaces sabre's own outputs.")
+        if not replace:
+            C.fail(plpy, C.DUPLICATE_TABLE, "output %s already exists" % C.qname(plpy, oschema, name),
+                   "Set options.replace to true (the default) to replace sabre's previous output.")
+        owned.append(oid)
+    return owned
+
+
+def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options):
+    T0 = time.perf_counter()
+    phases = {}
+    opts = _options(plpy, options)
+    takeout, nulls, seed, replace = _validate_scalars(plpy, t, k, method, opts)
+    schema = C.sabre_schema(plpy)
+    qs = plpy.quote_ident(schema)
+    src = C.resolve_relation(plpy, source)
+    if src["relkind"] not in ("r", "v", "m", "p", "f"):
+        C.fail(plpy, C.INVALID_PARAMETER, "%s is not a table or view" % src["qname"],
+               "Pass a table, view, materialized view or foreign table.")
+    cols = C.columns(plpy, src["oid"])
+    qis, sa = _attributes(plpy, cols, quasi_identifiers, sensitive, opts)
+    key, key_unique = _key(plpy, src, cols, opts)
+    keep = opts.get("keep", []) or []
+    if not isinstance(keep, list) or not all(isinstance(c, str) for c in keep):
+        C.fail(plpy, C.INVALID_PARAMETER, "options.keep must be a list of column names", None)
+    out_cols = {"ec_id"}
+    for a in qis:
+        out_cols |= {a.name + "_lo", a.name + "_hi"} if a.numerical else {a.name}
+    out_cols.add(sa.name)
+    for c in keep:
+        if c not in cols:
+            C.fail(plpy, C.UNDEFINED_COLUMN, 'options.keep column "%s" does not exist in the source' % c,
+                   "Available columns: %s." % ", ".join(list(cols)[:30]))
+        if c in out_cols or c in [a.name for a in qis]:
+            C.fail(plpy, C.DUPLICATE_COLUMN, 'options.keep column "%s" clashes with an output column' % c,
+                   "Quasi-identifiers are published generalized only; keep other columns.")
+        out_cols.add(c)
+    weights = None
+    if opts.get("weights"):
+        w = opts["weights"]
+        if not isinstance(w, dict) or any(n not in [a.name for a in qis] for n in w) or \
+                any(not isinstance(v, (int, float)) or v < 0 for v in w.values()):
+            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must map quasi-identifiers to weights >= 0",
+                   'For example {"age": 2, "sex": 1}; unnamed quasi-identifiers weigh 1; weights are normalized.')
+        raw = np.array([float(w.get(a.name, 1.0)) for a in qis])
+        if raw.sum() <= 0:
+            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must not all be zero", None)
+        weights = raw / raw.sum()
+    oschema, oname = _output_name(plpy, src, output)
+    owned = _check_output(plpy, schema, src, oschema, oname, replace)
+
+    # ---- 2. counts, NULLs, hierarchies (set-based)
+    S = src["qname"]
+    attrs = qis + [sa]
+    cnt = plpy.execute("SELECT count(*) AS n, %s FROM %s" % (
+        ", ".join("count(%s) AS c%d" % (C.qi(plpy, a.name), i) for i, a in enumerate(attrs)), S))[0]
+    n_all = cnt["n"]
+    nulls_by = [(a.name, n_all - cnt["c%d" % i]) for i, a in enumerate(attrs) if cnt["c%d" % i] < n_all]
+    where = ""
+    if nulls_by:
+        if nulls == "error":
+            C.fail(plpy, C.NULL_NOT_ALLOWED, "NULL values in %s" % ", ".join(
+                '"%s" (%d rows)' % nc for nc in nulls_by),
+                "Fill or filter them (e.g. in a view), or pass options => '{\"nulls\": \"drop\"}' to "
+                "exclude those rows explicitly.")
+        where = _not_null(plpy, attrs, "")
+        n = plpy.execute("SELECT count(*) AS n FROM %s%s" % (S, where))[0]["n"]
+    else:
+        n = n_all
+    if n == 0:
+        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
+            S, " without NULLs" if nulls_by else ""), "There is nothing to anonymize.")
+    if k > n:
+        C.fail(plpy, C.INVALID_PARAMETER, "k = %d exceeds the %d rows of the source" % (k, n),
+               "Every equivalence class needs at least k rows: choose k <= %d." % n)
+    if not key_unique:
+        dup = plpy.execute("SELECT count(*) - count(DISTINCT %s) AS d FROM %s%s" % (C.qi(plpy, key), S, where))[0]["d"]
+        if dup:
+            C.fail(plpy, C.INVALID_PARAMETER, 'options.key column "%s" is not unique (%d duplicates)' % (key, dup),
+                   "The key must identify each row; use a primary key or a unique column.")
+    knull = plpy.execute("SELECT count(*) - count(%s) AS m FROM %s%s" % (C.qi(plpy, key), S, where))[0]["m"]
+    if knull:
+        C.fail(plpy, C.NULL_NOT_ALLOWED, 'key column "%s" has %d NULLs' % (key, knull),
+               "The key must identify each row.")
+    for a in attrs:
+        if a.kind != "categorical":
+            continue
+        c = C.qi(plpy, a.name)
+        if a.hname is not None:
+            a.hierarchy = C.load_hierarchy(plpy, schema, a.hname, 'for column "%s"' % a.name)
+            miss = plpy.execute(plpy.prepare(
+                "SELECT v, count(*) OVER () AS m FROM (SELECT DISTINCT %s::text AS v FROM %s%s) d "
+                "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (c, S, where), ["text[]"]),
+                [a.hierarchy.leaves])
+            if len(miss):
+                C.fail(plpy, C.INVALID_PARAMETER,
+                       'column "%s" has %d value(s) missing from hierarchy "%s", e.g. %s' % (
+                           a.name, miss[0]["m"], a.hname, ", ".join(json.dumps(r["v"]) for r in miss)),
+                       "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
+        else:
+            vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
+                                "FROM %s%s) d" % (c, S, where))[0]["vs"]
+            a.hierarchy = Hierarchy.flat(vals, root="*" if "*" not in vals else "(any)", name=a.name)
+    T1 = time.perf_counter()
+    phases["validate"] = T1 - T0
+
+    # ---- 3. read every column in one scan
+    sel, joins, params, types = ["array_agg(s.%s) AS key" % C.qi(plpy, key)], [], [], []
+    for i, a in enumerate(attrs):
+        if a.numerical:
+            sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i))
+        else:
+            p1, p2 = len(params) + 1, len(params) + 2
+            joins.append("JOIN unnest($%d::text[], $%d::int[]) AS m%d(v, pos) ON m%d.v = s.%s::text"
+                         % (p1, p2, i, i, C.qi(plpy, a.name)))
+            params += [a.hierarchy.leaves, list(range(a.hierarchy.n_leaves))]
+            types += ["text[]", "int[]"]
+            sel.append("array_agg(m%d.pos) AS a%d" % (i, i))
+    swhere = _not_null(plpy, attrs, "s.") if where else ""
+    q = "SELECT %s FROM %s AS s %s%s" % (", ".join(sel), S, " ".join(joins), swhere)
+    row = plpy.execute(plpy.prepare(q, types), params)[0] if params else plpy.execute(q)[0]
+    keys = row["key"]
+    data = []
+    for i, a in enumerate(attrs):
+        data.append(np.asarray(row["a%d" % i], dtype=np.float64 if a.numerical else np.int64))
+    del row
+    T2 = time.perf_counter()
+    phases["read"] = T2 - T1
+
+    # ---- 4. core
+    core_qis = [QuasiIdentifier(a.name, data[i], None if a.numerical else a.hierarchy)
+                for i, a in enumerate(qis)]
+    if sa.numerical:
+        codes, distinct = encode_numerical(data[-1])
+        domain = SADomain("numerical", m=len(distinct))
+    else:
+        codes = data[-1]
+        domain = SADomain("categorical", hierarchy=sa.hierarchy)
+    try:
+        res = anonymize(core_qis, codes, domain, t, k, method=method, seed=seed, takeout=takeout,
+                        weights=weights)
+    except ValueError as e:
+        C.fail(plpy, C.INVALID_PARAMETER, str(e), "Check the arguments of sabre_anonymize.")
+    for name, sec in res.phases.items():
+        if name != "total":
+            phases[name] = sec
+    T3 = time.perf_counter()
+
+    # ---- 5. side table: source key -> bucket, Hilbert key, EC (one unnest)
+    run_id = plpy.execute("SELECT nextval('%s.runs_run_id_seq') AS r" % qs)[0]["r"]
+    keys_table = "%s.%s" % (qs, plpy.quote_ident("keys_%d" % run_id))
+    ktype = cols[key]["type"]
+    plpy.execute(plpy.prepare(
+        "CREATE TABLE %s AS SELECT * FROM unnest($1::%s[], $2::int[], $3::bigint[], $4::bigint[]) "
+        "AS u(key, bucket, hilbert_key, ec_id)" % (keys_table, ktype),
+        ["%s[]" % ktype, "int[]", "bigint[]", "bigint[]"]),
+        [keys, res.bucket_of_tuple.tolist(), res.keys.tolist(), res.ec.tolist()])
+    plpy.execute("CREATE INDEX ON %s (bucket, hilbert_key)" % keys_table)
+    plpy.execute("COMMENT ON TABLE %s IS %s" % (keys_table, plpy.quote_literal(
+        "sabre-pg run %d: source key -> SA bucket, Hilbert key, equivalence class" % run_id)))
+    T4 = time.perf_counter()
+    phases["write_keys"] = T4 - T3
+
+    # ---- 6. <output>_classes and <output>, built under temporary names, then swapped in
+    C_n = res.n_classes
+    cparams = [list(range(C_n)), res.sizes.tolist(), res.emds.tolist()]
+    ctypes = ["bigint[]", "bigint[]", "float8[]"]
+    ccols = ["ec_id", "size", "emd"]
+    csel = ["u.ec_id", "u.size", "u.emd"]
+    gen_cols = []
+    for i, a in enumerate(qis):
+        g = res.generalization[i]
+        if a.numerical:
+            for suffix, arr in (("_lo", g.lo), ("_hi", g.hi)):
+                cparams.append(arr.tolist())
+                ctypes.append("float8[]")
+                name = a.name + suffix
+                ccols.append("c%d" % len(ccols))
+                csel.append("%s AS %s" % (_from_float(plpy, "u." + ccols[-1], a.col), C.qi(plpy, name)))
+                gen_cols.append(name)
+        else:
+            cparams.append(g.labels.tolist())
+            ctypes.append("text[]")
+            ccols.append("c%d" % len(ccols))
+            csel.append("u.%s AS %s" % (ccols[-1], C.qi(plpy, a.name)))
+            gen_cols.append(a.name)
+    tmp_c = C.qname(plpy, oschema, "sabre_tmp_%d_c" % run_id)
+    tmp_o = C.qname(plpy, oschema, "sabre_tmp_%d_o" % run_id)
+    plpy.execute(plpy.prepare(
+        "CREATE TABLE %s AS SELECT %s FROM unnest(%s) AS u(%s)" % (
+            tmp_c, ", ".join(csel), ", ".join("$%d::%s" % (j + 1, ty) for j, ty in enumerate(ctypes)),
+            ", ".join(ccols)), ctypes), cparams)
+    plpy.execute("ALTER TABLE %s ADD PRIMARY KEY (ec_id)" % tmp_c)
+    osel = ["k.ec_id"] + ["c.%s" % C.qi(plpy, g) for g in gen_cols] + \
+           ["s.%s" % C.qi(plpy, sa.name)] + ["s.%s" % C.qi(plpy, c) for c in keep]
+    plpy.execute("CREATE TABLE %s AS SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
+                 "JOIN %s AS c ON c.ec_id = k.ec_id" % (
+                     tmp_o, ", ".join(osel), S, keys_table, C.qi(plpy, key), tmp_c))
+    # swap in: drop sabre's previous output (and its side table), rename the new one
+    for oid in owned:
+        info = C.relation_info(plpy, oid)
+        if info is not None:
+            plpy.execute("DROP TABLE IF EXISTS %s CASCADE" % C.qname(plpy, info["nspname"], info["relname"]))
+    old_keys = plpy.execute(plpy.prepare(
+        "SELECT keys_table FROM %s.runs WHERE output_name = $1 AND keys_table IS NOT NULL" % qs, ["text"]),
+        [C.qname(plpy, oschema, oname)])
+    for r in old_keys:
+        plpy.execute("DROP TABLE IF EXISTS %s" % r["keys_table"])
+    plpy.execute("ALTER TABLE %s RENAME TO %s" % (tmp_c, C.qi(plpy, oname + "_classes")))
+    plpy.execute("ALTER TABLE %s RENAME TO %s" % (tmp_o, C.qi(plpy, oname)))
+    out_q = C.qname(plpy, oschema, oname)
+    plpy.execute("COMMENT ON TABLE %s IS %s" % (out_q, plpy.quote_literal(
+        "sabre-pg output of run %d: %s anonymized with SABRE-%s, t = %g, k = %d"
+        % (run_id, S, method.upper(), t, k))))
+    plpy.execute("ANALYZE %s" % out_q)
+    out_oid = plpy.execute(plpy.prepare("SELECT to_regclass($1)::oid AS o", ["text"]), [out_q])[0]["o"]
+    T5 = time.perf_counter()
+    phases["build_output"] = T5 - T4
+
+    # ---- 7. the run catalog
+    summ = res.summary(k)
+    seconds = time.perf_counter() - T0
+    phases["total"] = seconds
+    plpy.execute(plpy.prepare(
+        "INSERT INTO %s.runs (run_id, source, source_oid, output_name, output_oid, keys_table, "
+        "quasi_identifiers, sensitive, t, k, method, options, status, started_at, finished_at, rows, "
+        "classes, buckets, u, min_class_size, max_class_size, max_emd, ail, discernibility, phases, seconds) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'done', "
+        "clock_timestamp() - make_interval(secs => $13), clock_timestamp(), $14, $15, $16, $17, $18, "
+        "$19, $20, $21, $22, $23, $13)" % qs,
+        ["bigint", "text", "oid", "text", "oid", "text", "text[]", "text", "float8", "int", "text",
+         "jsonb", "float8", "bigint", "bigint", "int", "float8", "bigint", "bigint", "float8", "float8",
+         "bigint", "jsonb"]),
+        [run_id, S, src["oid"], out_q, out_oid, keys_table, [a.name for a in qis], sa.name, t, k, method,
+         json.dumps(opts), seconds, n, C_n, summ["buckets"], summ["U"], summ["min_class_size"],
+         summ["max_class_size"], summ["max_emd"], summ["ail"], summ["discernibility"],
+         json.dumps({p: round(v, 6) for p, v in phases.items()})])
+    return [(run_id, out_oid, n, C_n, summ["min_class_size"], summ["max_emd"], summ["ail"], seconds)]
+
+
+def _not_null(plpy, attrs, prefix):
+    return " WHERE " + " AND ".join("%s%s IS NOT NULL" % (prefix, C.qi(plpy, a.name)) for a in attrs)
+
+
+def _from_float(plpy, expr, col):
+    """Cast a float8 expression back to the column's own type."""
+    if col["typname"] == "date":
+        return "(date '1970-01-01' + (%s)::int)" % expr
+    if col["typname"] in ("timestamptz",):
+        return "to_timestamp(%s)" % expr
+    if col["typname"] in ("timestamp",):
+        return "(to_timestamp(%s) AT TIME ZONE 'UTC')" % expr
+    if col["typname"] in ("interval",):
+        return "make_interval(secs => %s)" % expr
+    if col["typname"] in ("time", "timetz"):
+        return "(time '00:00' + make_interval(secs => %s))::%s" % (expr, col["type"])
+    return "(%s)::%s" % (expr, col["type"])
+

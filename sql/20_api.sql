@@ -1,0 +1,74 @@
+-- sabre-pg SQL API: thin PL/Python wrappers around sabre_plpy (plpython/*.py), which call
+-- the core engine (sabre_pg.core).  Idempotent.
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy(
+    name text, csv text, delimiter text DEFAULT ';')
+RETURNS TABLE (hierarchy text, leaves integer, height integer)
+LANGUAGE plpython3u VOLATILE AS $fn$
+@bootstrap@
+from sabre_plpy import hierarchies
+return hierarchies.define(plpy, name, csv, delimiter)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_define_hierarchy(text, text, text) IS
+    'Store (or replace) an ARX-format hierarchy: one row per leaf, leaf;level1;...;root';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_drop_hierarchy(name text)
+RETURNS boolean LANGUAGE sql VOLATILE AS $fn$
+    WITH d AS (DELETE FROM @schema@.hierarchies h WHERE h.name = $1 RETURNING 1)
+    SELECT count(*) > 0 FROM d
+$fn$;
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
+    source            regclass,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision,
+    k                 integer DEFAULT 1,
+    method            text DEFAULT 'ak',
+    output            text DEFAULT NULL,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision, ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE AS $fn$
+@bootstrap@
+from sabre_plpy import anonymize
+return anonymize.run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text, double precision, integer, text, text, jsonb) IS
+    'SABRE t-closeness (Cao et al., VLDB J. 2011): materialize a generalized, t-close, k-anonymous copy of source';
+
+-- The same, with the source given as text: a missing table then gets sabre's error and hint
+-- instead of the regclass cast's.
+CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
+    source            text,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision,
+    k                 integer DEFAULT 1,
+    method            text DEFAULT 'ak',
+    output            text DEFAULT NULL,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision, ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE AS $fn$
+@bootstrap@
+from sabre_plpy import anonymize
+return anonymize.run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options)
+$fn$;
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
+    output    regclass,
+    sensitive text,
+    t         double precision,
+    k         integer DEFAULT 1,
+    hierarchy text DEFAULT NULL)
+RETURNS TABLE (classes bigint, violations bigint, max_emd double precision, min_class_size bigint)
+LANGUAGE plpython3u STABLE AS $fn$
+@bootstrap@
+from sabre_plpy import verify
+return verify.run(plpy, output, sensitive, t, k, hierarchy)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, integer, text) IS
+    'Recompute t-closeness and k-anonymity of an output from the relation alone (classes = ec_id groups)';
