@@ -253,6 +253,10 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     oschema, oname = _output_name(plpy, src, output)
     owned = _check_output(plpy, schema, src, oschema, oname, replace)
 
+    # hash joins of millions of rows: give this transaction room (restored at the end)
+    old_wm = plpy.execute("SELECT current_setting('work_mem') AS w")[0]["w"]
+    plpy.execute("SELECT set_config('work_mem', '256MB', true)")
+
     # ---- 2. counts, NULLs, hierarchies (set-based)
     S = src["qname"]
     attrs = qis + [sa]
@@ -289,21 +293,11 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     for a in attrs:
         if a.kind != "categorical":
             continue
-        c = C.qi(plpy, a.name)
         if a.hname is not None:
             a.hierarchy = C.load_hierarchy(plpy, schema, a.hname, 'for column "%s"' % a.name)
-            miss = plpy.execute(plpy.prepare(
-                "SELECT v, count(*) OVER () AS m FROM (SELECT DISTINCT %s::text AS v FROM %s%s) d "
-                "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (c, S, where), ["text[]"]),
-                [a.hierarchy.leaves])
-            if len(miss):
-                C.fail(plpy, C.INVALID_PARAMETER,
-                       'column "%s" has %d value(s) missing from hierarchy "%s", e.g. %s' % (
-                           a.name, miss[0]["m"], a.hname, ", ".join(json.dumps(r["v"]) for r in miss)),
-                       "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
         else:
             vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
-                                "FROM %s%s) d" % (c, S, where))[0]["vs"]
+                                "FROM %s%s) d" % (C.qi(plpy, a.name), S, where))[0]["vs"]
             a.hierarchy = Hierarchy.flat(vals, root="*" if "*" not in vals else "(any)", name=a.name)
     T1 = time.perf_counter()
     phases["validate"] = T1 - T0
@@ -315,14 +309,17 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
             sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i))
         else:
             p1, p2 = len(params) + 1, len(params) + 2
-            joins.append("JOIN unnest($%d::text[], $%d::int[]) AS m%d(v, pos) ON m%d.v = s.%s::text"
+            joins.append("LEFT JOIN unnest($%d::text[], $%d::int[]) AS m%d(v, pos) ON m%d.v = s.%s::text"
                          % (p1, p2, i, i, C.qi(plpy, a.name)))
             params += [a.hierarchy.leaves, list(range(a.hierarchy.n_leaves))]
             types += ["text[]", "int[]"]
-            sel.append("array_agg(m%d.pos) AS a%d" % (i, i))
+            sel.append("array_agg(m%d.pos) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (i, i, i, i))
     swhere = _not_null(plpy, attrs, "s.") if where else ""
     q = "SELECT %s FROM %s AS s %s%s" % (", ".join(sel), S, " ".join(joins), swhere)
     row = plpy.execute(plpy.prepare(q, types), params)[0] if params else plpy.execute(q)[0]
+    for i, a in enumerate(attrs):
+        if not a.numerical and row["miss%d" % i]:
+            _missing_values(plpy, a, S, where)
     keys = row["key"]
     data = []
     for i, a in enumerate(attrs):
@@ -354,11 +351,14 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     run_id = plpy.execute("SELECT nextval('%s.runs_run_id_seq') AS r" % qs)[0]["r"]
     keys_table = "%s.%s" % (qs, plpy.quote_ident("keys_%d" % run_id))
     ktype = cols[key]["type"]
+    order = np.lexsort((res.keys, res.bucket_of_tuple))      # rows in index order
+    kl = [keys[i] for i in order.tolist()]
     plpy.execute(plpy.prepare(
         "CREATE TABLE %s AS SELECT * FROM unnest($1::%s[], $2::int[], $3::bigint[], $4::bigint[]) "
         "AS u(key, bucket, hilbert_key, ec_id)" % (keys_table, ktype),
         ["%s[]" % ktype, "int[]", "bigint[]", "bigint[]"]),
-        [keys, res.bucket_of_tuple.tolist(), res.keys.tolist(), res.ec.tolist()])
+        [kl, res.bucket_of_tuple[order].tolist(), res.keys[order].tolist(), res.ec[order].tolist()])
+    del kl
     plpy.execute("CREATE INDEX ON %s (bucket, hilbert_key)" % keys_table)
     plpy.execute("COMMENT ON TABLE %s IS %s" % (keys_table, plpy.quote_literal(
         "sabre-pg run %d: source key -> SA bucket, Hilbert key, equivalence class" % run_id)))
@@ -439,7 +439,21 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
          json.dumps(opts), seconds, n, C_n, summ["buckets"], summ["U"], summ["min_class_size"],
          summ["max_class_size"], summ["max_emd"], summ["ail"], summ["discernibility"],
          json.dumps({p: round(v, 6) for p, v in phases.items()})])
+    plpy.execute(plpy.prepare("SELECT set_config('work_mem', $1, true)", ["text"]), [old_wm])
     return [(run_id, out_oid, n, C_n, summ["min_class_size"], summ["max_emd"], summ["ail"], seconds)]
+
+
+def _missing_values(plpy, a, S, where):
+    """Raise the error for values of a categorical column that are not hierarchy leaves."""
+    miss = plpy.execute(plpy.prepare(
+        "SELECT v, count(*) OVER () AS m FROM (SELECT DISTINCT %s::text AS v FROM %s%s) d "
+        "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (C.qi(plpy, a.name), S, where), ["text[]"]),
+        [a.hierarchy.leaves])
+    C.fail(plpy, C.INVALID_PARAMETER,
+           'column "%s" has %d value(s) missing from hierarchy "%s", e.g. %s' % (
+               a.name, miss[0]["m"] if len(miss) else 0, a.hname,
+               ", ".join(json.dumps(r["v"]) for r in miss)),
+           "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
 
 
 def _not_null(plpy, attrs, prefix):
