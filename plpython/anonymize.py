@@ -8,8 +8,9 @@ Pipeline (all data moves in bulk, never row by row):
    positions by a join with the hierarchy's leaves);
 4. the core engine (sabre_pg.core.sabre) bucketizes the SA summary, redistributes, computes
    Hilbert keys and assigns tuples to ECs;
-5. the side table <schema>.keys_<run_id> (source key, bucket, hilbert_key, ec_id; btree on
-   (bucket, hilbert_key)) is written with one unnest of arrays;
+5. the side table <output>_keys (source key, bucket, hilbert_key, ec_id; btree on
+   (bucket, hilbert_key)) is written with one unnest of arrays, in the output's schema (where
+   the caller needs CREATE anyway);
 6. <output>_classes and <output> are built with set-based SQL under temporary names and
    swapped in at the end, so a rerun replaces them atomically;
 7. the run is recorded in <schema>.runs.  Any error rolls everything back.
@@ -185,7 +186,7 @@ def _check_output(plpy, schema, src, oschema, oname, replace):
         C.fail(plpy, "3F000", 'schema "%s" of the output does not exist' % oschema,
                "Create it first or choose another output schema.")
     owned = []
-    for name in (oname, oname + "_classes"):
+    for name in (oname, oname + "_classes", oname + "_keys"):
         r = plpy.execute(plpy.prepare(
             "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = $1 AND c.relname = $2", ["text", "text"]), [oschema, name])
@@ -349,7 +350,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
 
     # ---- 5. side table: source key -> bucket, Hilbert key, EC (one unnest)
     run_id = plpy.execute("SELECT nextval('%s.runs_run_id_seq') AS r" % qs)[0]["r"]
-    keys_table = "%s.%s" % (qs, plpy.quote_ident("keys_%d" % run_id))
+    keys_table = C.qname(plpy, oschema, "sabre_tmp_%d_k" % run_id)
     ktype = cols[key]["type"]
     order = np.lexsort((res.keys, res.bucket_of_tuple))      # rows in index order
     kl = [keys[i] for i in order.tolist()]
@@ -405,11 +406,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
         info = C.relation_info(plpy, oid)
         if info is not None:
             plpy.execute("DROP TABLE IF EXISTS %s CASCADE" % C.qname(plpy, info["nspname"], info["relname"]))
-    old_keys = plpy.execute(plpy.prepare(
-        "SELECT keys_table FROM %s.runs WHERE output_name = $1 AND keys_table IS NOT NULL" % qs, ["text"]),
-        [C.qname(plpy, oschema, oname)])
-    for r in old_keys:
-        plpy.execute("DROP TABLE IF EXISTS %s" % r["keys_table"])
+    plpy.execute("ALTER TABLE %s RENAME TO %s" % (keys_table, C.qi(plpy, oname + "_keys")))
+    keys_table = C.qname(plpy, oschema, oname + "_keys")
     plpy.execute("ALTER TABLE %s RENAME TO %s" % (tmp_c, C.qi(plpy, oname + "_classes")))
     plpy.execute("ALTER TABLE %s RENAME TO %s" % (tmp_o, C.qi(plpy, oname)))
     out_q = C.qname(plpy, oschema, oname)
@@ -426,19 +424,20 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     seconds = time.perf_counter() - T0
     phases["total"] = seconds
     plpy.execute(plpy.prepare(
-        "INSERT INTO %s.runs (run_id, source, source_oid, output_name, output_oid, keys_table, "
+        "INSERT INTO %s.runs (run_id, source, source_oid, output_name, output_oid, keys_table, relations, "
         "quasi_identifiers, sensitive, t, k, method, options, status, started_at, finished_at, rows, "
         "classes, buckets, u, min_class_size, max_class_size, max_emd, ail, discernibility, phases, seconds) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'done', "
+        "VALUES ($1, $2, $3, $4, $5, $6, $24, $7, $8, $9, $10, $11, $12, 'done', "
         "clock_timestamp() - make_interval(secs => $13), clock_timestamp(), $14, $15, $16, $17, $18, "
         "$19, $20, $21, $22, $23, $13)" % qs,
         ["bigint", "text", "oid", "text", "oid", "text", "text[]", "text", "float8", "int", "text",
          "jsonb", "float8", "bigint", "bigint", "int", "float8", "bigint", "bigint", "float8", "float8",
-         "bigint", "jsonb"]),
+         "bigint", "jsonb", "text[]"]),
         [run_id, S, src["oid"], out_q, out_oid, keys_table, [a.name for a in qis], sa.name, t, k, method,
          json.dumps(opts), seconds, n, C_n, summ["buckets"], summ["U"], summ["min_class_size"],
          summ["max_class_size"], summ["max_emd"], summ["ail"], summ["discernibility"],
-         json.dumps({p: round(v, 6) for p, v in phases.items()})])
+         json.dumps({p: round(v, 6) for p, v in phases.items()}),
+         [out_q, C.qname(plpy, oschema, oname + "_classes"), keys_table]])
     plpy.execute(plpy.prepare("SELECT set_config('work_mem', $1, true)", ["text"]), [old_wm])
     return [(run_id, out_oid, n, C_n, summ["min_class_size"], summ["max_emd"], summ["ail"], seconds)]
 

@@ -305,7 +305,7 @@ _DROP_KIND = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW",
 @_tidy
 def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tuple[str, str, str]]:
     """(schema, name, relkind) of existing relations listed in ``<schema>.runs``, if that
-    table exists and has an ``output`` or ``output_name`` column."""
+    table exists and has a ``relations`` (text[]), ``output`` or ``output_name`` column."""
     if not _relation_exists(conn, schema, "runs"):
         return []
     cols = dict(conn.execute(
@@ -313,6 +313,15 @@ def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tu
         "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
         (f'"{schema}".runs',),
     ).fetchall())
+    if cols.get("relations") == "text[]":        # every relation a run created
+        return conn.execute(
+            sql.SQL(
+                "SELECT DISTINCT n.nspname, c.relname, c.relkind FROM {}.runs r "
+                "CROSS JOIN LATERAL unnest(r.relations) AS rel(name) "
+                "JOIN pg_class c ON c.oid = to_regclass(rel.name) "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2"
+            ).format(sql.Identifier(schema))
+        ).fetchall()
     col = next((c for c in ("output", "output_name") if c in cols), None)
     if col is None:
         return []

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS @schema@.runs (
     source_oid        oid NOT NULL,
     output_name       text NOT NULL,     -- qualified, quoted name of the output table
     output_oid        oid NOT NULL,
-    keys_table        text,              -- side table (source key, bucket, hilbert_key, ec_id)
+    keys_table        text,              -- side table <output>_keys (source key, bucket, hilbert_key, ec_id)
+    relations         text[] NOT NULL,   -- every relation the run created (uninstall --purge drops them)
     quasi_identifiers text[] NOT NULL,
     sensitive         text NOT NULL,
     t                 double precision NOT NULL,
@@ -63,3 +64,6 @@ ORDER BY r.output_oid, r.run_id DESC;
 COMMENT ON VIEW @schema@.outputs IS 'Existing sabre outputs with the run that produced them';
 
 GRANT SELECT ON @schema@.hierarchies, @schema@.hierarchy_rows, @schema@.runs, @schema@.outputs TO PUBLIC;
+-- every caller of sabre_anonymize records its run (outputs themselves go to the caller's schemas)
+GRANT INSERT ON @schema@.runs TO PUBLIC;
+GRANT USAGE ON SEQUENCE @schema@.runs_run_id_seq TO PUBLIC;
