@@ -1,0 +1,52 @@
+"""A non-superuser analyst can call sabre_anonymize / sabre_verify after the README's grants,
+but cannot reach tables it has no privilege on."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from sabre_pg import datasets
+
+ROLE = "sabre_priv_analyst"
+
+
+@pytest.fixture
+def analyst(pg_conn, pg_connect):
+    pg_conn.execute(f"DROP ROLE IF EXISTS {ROLE}")
+    pg_conn.execute(f"CREATE ROLE {ROLE} LOGIN")
+    pg_conn.execute(f"CREATE SCHEMA work AUTHORIZATION {ROLE}")
+    pg_conn.execute(f"GRANT USAGE ON SCHEMA sabre TO {ROLE}")
+    pg_conn.execute(f"ALTER ROLE {ROLE} SET search_path = work, public, sabre")
+    yield pg_connect(user=ROLE)
+    pg_conn.execute("DROP SCHEMA work CASCADE")
+    pg_conn.execute(f"DROP OWNED BY {ROLE}")
+    pg_conn.execute(f"DROP ROLE {ROLE}")
+
+
+def test_analyst_anonymizes_a_table_it_can_read(pg_conn, analyst):
+    info = datasets.generate_census(pg_conn, "census", rows=5000, seed=3)
+    pg_conn.execute(f"GRANT SELECT ON public.census TO {ROLE}")
+    opts = psycopg.types.json.Jsonb({"hierarchies": {"marital": info["hierarchies"]["marital"]}})
+    row = analyst.execute(
+        "SELECT run_id, output::text, rows, min_class_size, max_emd FROM sabre_anonymize("
+        "'public.census'::regclass, ARRAY['age','sex','marital'], 'salary', 0.3, 5, "
+        "output => 'work.census_anon', options => %s)", (opts,)).fetchone()
+    assert row[2] == 5000 and row[3] >= 5 and row[4] <= 0.3 + 1e-9
+    # the outputs belong to the analyst, in its own schema; the run is recorded
+    owners = analyst.execute(
+        "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'work' AND c.relkind = 'r' "
+        "ORDER BY 1").fetchall()
+    assert owners == [("census_anon", ROLE), ("census_anon_classes", ROLE), ("census_anon_keys", ROLE)]
+    assert analyst.execute("SELECT run_by FROM sabre.runs WHERE run_id = %s", (row[0],)).fetchone()[0] == ROLE
+    v = analyst.execute("SELECT violations FROM sabre_verify('work.census_anon', 'salary', 0.3, 5)").fetchone()
+    assert v[0] == 0
+
+
+def test_analyst_cannot_read_a_table_without_privilege(pg_conn, analyst):
+    pg_conn.execute("CREATE TABLE public.secret (id int PRIMARY KEY, age int, salary int)")
+    pg_conn.execute("INSERT INTO public.secret SELECT g, g % 50, g % 7 FROM generate_series(1, 100) g")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        analyst.execute("SELECT * FROM sabre_anonymize('public.secret'::regclass, ARRAY['age'], 'salary', 0.5, 2, "
+                        "output => 'work.s')")
+    assert pg_conn.execute("SELECT to_regclass('work.s')").fetchone()[0] is None
