@@ -111,8 +111,8 @@ def _best_num_split(pre: _Prefix, lo: int, hi: int, m: int):
     s = np.arange(lo + 1, hi)                    # c1 = [lo, s-1], c2 = [s, hi-1]
     a0, a1 = pre.sums(lo, s - 1)
     b0, b1 = pre.sums(s, hi - 1)
-    c1 = np.maximum(a1 - lo * a0, (s - 1) * a0 - a1) / (m - 1)
-    c2 = np.maximum(b1 - s * b0, (hi - 1) * b0 - b1) / (m - 1)
+    c1 = np.where(s - lo > 1, np.maximum(a1 - lo * a0, (s - 1) * a0 - a1), 0.0) / (m - 1)
+    c2 = np.where(hi - s > 1, np.maximum(b1 - s * b0, (hi - 1) * b0 - b1), 0.0) / (m - 1)
     i = int(np.argmin(c1 + c2))
     return int(s[i]), float(c1[i]), float(c2[i])
 
