@@ -53,6 +53,8 @@ def hilbert_index(coords: np.ndarray, bits: int) -> np.ndarray:
     if C.ndim != 2:
         raise ValueError("coords must be (n, d)")
     n, d = C.shape
+    if d > MAX_DIMS:
+        raise ValueError("Hilbert keys support at most %d dimensions, got %d" % (MAX_DIMS, d))
     if d * bits > MAX_KEY_BITS:
         raise ValueError("%d dims x %d bits exceeds a 63-bit key" % (d, bits))
     if d == 1:

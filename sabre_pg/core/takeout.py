@@ -57,7 +57,8 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
         st.append(i)
         if len(st) == need[b]:
             short -= 1
-            if short == 0:
+            # the stacks may cover several templates in a row: form each as soon as covered
+            while short == 0:
                 for bb in range(B):
                     a = need[bb]
                     if a:
@@ -70,6 +71,8 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
                     break
                 need = tl[c]
                 short = sum(1 for bb in range(B) if len(stacks[bb]) < need[bb])
+            if c == C:
+                break
     while c < C:                                  # the last ECs collect what is still pending
         need = tl[c]
         for bb in range(B):

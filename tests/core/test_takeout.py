@@ -188,11 +188,9 @@ def test_ak_first_ec_is_closest_keys_to_reproduced_seed():
             assert np.sort(np.abs(keys[got] - keys[x])).tolist() == want.tolist()
 
 
-@pytest.mark.xfail(strict=True, reason="takeout_sweep bug: a template already covered by the "
-                   "pending stacks when it becomes current is never formed during the sweep "
-                   "(short starts at 0 and only decreases), so it and every later EC are "
-                   "formed from the stack tops after the scan; see the core test report")
 def test_sweep_forms_a_covered_template_at_once():
+    """A template already covered by the pending stacks when it becomes current is formed at
+    once (regression: it used to wait for the end of the scan)."""
     # key order = tuple order; buckets b0 b0 b1 | b0 b1 | b0 b1
     bucket = np.array([0, 0, 1, 0, 1, 0, 1])
     keys = np.arange(7)
