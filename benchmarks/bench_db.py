@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of ``sabre_anonymize`` (SABRE-AK) inside PostgreSQL.
+
+For each size in ``--rows`` (default 100000,1000000):
+
+1. the census-like table ``public.bench_census_<rows>`` is generated with
+   ``sabre_pg.datasets.generate_census`` (reused when it exists with the right row count
+   and its hierarchies are registered; ``--regenerate`` forces it);
+2. in a fresh connection, ``sabre_anonymize`` runs with t = 0.35, k = 6, all 7 QIs
+   (age, sex, education, marital, race, workclass, birthplace), SA salary; the
+   client-side wall time, the function's own ``seconds`` and the per-phase seconds
+   recorded in ``sabre.runs.phases`` are reported, and the backend's peak memory
+   (``VmHWM`` in ``/proc/<pg_backend_pid()>/status``; 'n/a' when the server is not
+   local or /proc is not readable);
+3. in another fresh connection, the baseline
+   ``CREATE TABLE tmp AS SELECT * FROM <table> ORDER BY <the 7 QIs>`` is timed (then
+   dropped), with its backend's VmHWM; the ratio anonymize / sort is reported.
+
+Targets shown beside the numbers: 100k rows <= 1 s; 1M rows <= 5 s with ratio <= 6.
+
+    python benchmarks/bench_db.py [--dsn CONNINFO] [--rows 100000,1000000] [--repeat 1]
+                                  [--regenerate] [--json out.json]
+
+Without ``--dsn`` the connection is resolved like the CLI's ($DATABASE_URL, PG*, else the
+embedded cluster, started on demand).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_DIR))
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from sabre_pg import datasets  # noqa: E402
+from sabre_pg.connect import resolve_dsn  # noqa: E402
+
+QIS = ["age", "sex", "education", "marital", "race", "workclass", "birthplace"]
+SENSITIVE = "salary"
+T, K = 0.35, 6
+PHASE_ORDER = ("validate", "read", "bucketize", "redistribute", "hilbert", "takeout", "generalize",
+               "metrics", "write_keys", "build_output", "total")
+# rows -> (max anonymize seconds, max ratio anonymize / sort or None)
+TARGETS = {100_000: (1.0, None), 1_000_000: (5.0, 6.0)}
+
+
+def proc_memory(pid: int) -> dict | None:
+    """VmHWM / VmRSS / RssAnon / RssShmem (MB) of a local postgres process, else None."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    if not comm.startswith("postgres"):
+        return None              # same pid on this machine, but not a postgres backend
+    out = {}
+    for line in status.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmHWM", "VmRSS", "RssAnon", "RssShmem"):
+            out[key] = int(rest.split()[0]) / 1024.0   # kB -> MB
+    return out or None
+
+
+def _server_is_local(conn) -> bool:
+    host = conn.info.host or ""
+    return host.startswith("/") or host in ("localhost", "127.0.0.1", "::1", "")
+
+
+def backend_memory(conn) -> dict | None:
+    if not _server_is_local(conn):
+        return None
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    return proc_memory(pid)
+
+
+def ensure_table(dsn: str, rows: int, schema: str, regenerate: bool) -> tuple[str, dict, str]:
+    """(table, hierarchies, note): the census table of this size, generated when needed."""
+    table = f"bench_census_{rows}"
+    names = {c: f"{table}_{c}" for c in datasets.CENSUS_CATEGORICAL}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if not regenerate:
+            exists = conn.execute("SELECT to_regclass(%s)", (f"public.{table}",)).fetchone()[0]
+            if exists:
+                n = conn.execute(sql.SQL("SELECT count(*) FROM public.{}").format(sql.Identifier(table))).fetchone()[0]
+                have = conn.execute(sql.SQL("SELECT count(*) FROM {}.hierarchies WHERE name = ANY(%s)")
+                                    .format(sql.Identifier(schema)), (list(names.values()),)).fetchone()[0]
+                if n == rows and have == len(names):
+                    return table, names, "reused"
+        res = datasets.generate_census(conn, table=table, rows=rows, seed=1, replace=True, sabre_schema=schema)
+        return table, res["hierarchies"], f"generated in {res['seconds']:.2f} s"
+
+
+def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str) -> dict:
+    with psycopg.connect(dsn, autocommit=True) as conn:       # fresh backend: its peak is this run's
+        before = backend_memory(conn)
+        qs = sql.Identifier(schema)
+        t0 = time.perf_counter()
+        row = conn.execute(
+            sql.SQL("SELECT run_id, rows, classes, min_class_size, max_emd, ail, seconds FROM "
+                    "{}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, sensitive => %s, "
+                    "t => %s, k => %s, method => 'ak', options => %s::jsonb)").format(qs),
+            (f"public.{table}", QIS, SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "keep": []})),
+        ).fetchone()
+        wall = time.perf_counter() - t0
+        after = backend_memory(conn)
+        run_id = row[0]
+        phases = conn.execute(sql.SQL("SELECT phases FROM {}.runs WHERE run_id = %s").format(qs),
+                              (run_id,)).fetchone()[0]
+    return {"run_id": run_id, "rows": row[1], "classes": row[2], "min_class_size": row[3],
+            "max_emd": row[4], "ail": row[5], "seconds": row[6], "wall": wall, "phases": phases,
+            "mem_before": before, "mem_after": after}
+
+
+def time_sort(dsn: str, table: str) -> dict:
+    tmp = f"bench_sort_tmp_{os.getpid()}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS public.{}").format(sql.Identifier(tmp)))
+        t0 = time.perf_counter()
+        conn.execute(sql.SQL("CREATE TABLE public.{} AS SELECT * FROM public.{} ORDER BY {}").format(
+            sql.Identifier(tmp), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, QIS))))
+        wall = time.perf_counter() - t0
+        mem = backend_memory(conn)
+        work_mem = conn.execute("SHOW work_mem").fetchone()[0]
+        conn.execute(sql.SQL("DROP TABLE public.{}").format(sql.Identifier(tmp)))
+    return {"wall": wall, "mem": mem, "work_mem": work_mem}
+
+
+def _mb(mem: dict | None, key: str = "VmHWM") -> str:
+    return "n/a" if not mem or key not in mem else f"{mem[key]:.0f} MB"
+
+
+def _verdict(ok: bool) -> str:
+    return "OK" if ok else "MISSED"
+
+
+def report(rows: int, note: str, a: dict, s: dict) -> str:
+    ratio = a["wall"] / s["wall"] if s["wall"] > 0 else float("inf")
+    max_sec, max_ratio = TARGETS.get(rows, (None, None))
+    tgt = ""
+    if max_sec is not None:
+        tgt = f"   [target <= {max_sec:g} s: {_verdict(a['wall'] <= max_sec)}]"
+    rtgt = ""
+    if max_ratio is not None:
+        rtgt = f"   [target <= {max_ratio:g}: {_verdict(ratio <= max_ratio)}]"
+    ph = a["phases"]
+    order = [p for p in PHASE_ORDER if p in ph] + sorted(p for p in ph if p not in PHASE_ORDER)
+    mb, ma = a["mem_before"], a["mem_after"]
+    lines = [
+        f"== {rows:,} rows (table {note})",
+        f"   sabre_anonymize  {a['wall']:.3f} s wall ({a['seconds']:.3f} s inside){tgt}",
+        f"   sort baseline    {s['wall']:.3f} s   (CREATE TABLE AS ... ORDER BY 7 QIs, work_mem {s['work_mem']})",
+        f"   ratio            {ratio:.2f}{rtgt}",
+        "   phases (s)       " + "  ".join(f"{p} {ph[p]:.3f}" for p in order),
+        f"   result           run {a['run_id']}: {a['classes']:,} classes (smallest {a['min_class_size']}), "
+        f"AIL {a['ail']:.4f}, max EMD {a['max_emd']:.4f}",
+        f"   backend memory   anonymize VmHWM {_mb(ma)} (fresh backend {_mb(mb)}; after: RssAnon "
+        f"{_mb(ma, 'RssAnon')}, RssShmem {_mb(ma, 'RssShmem')});  sort VmHWM {_mb(s['mem'])}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
+    p.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
+    p.add_argument("--rows", default="100000,1000000", help="comma-separated sizes (default: 100000,1000000)")
+    p.add_argument("--repeat", type=int, default=1, help="anonymize + sort runs per size (all are shown)")
+    p.add_argument("--regenerate", action="store_true", help="regenerate the tables even if they exist")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    a = p.parse_args(argv)
+    try:
+        sizes = [int(x.replace("_", "")) for x in a.rows.split(",") if x.strip()]
+    except ValueError:
+        p.error("--rows takes comma-separated integers")
+
+    dsn = resolve_dsn(argparse.Namespace(dsn=a.dsn, sabre_schema=a.schema))
+    with psycopg.connect(dsn) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    print(f"sabre-pg database benchmark: PostgreSQL {version} at {where}; SABRE-AK, t = {T}, k = {K}, "
+          f"QIs {', '.join(QIS)}; {os.cpu_count()} CPUs")
+    results = []
+    for rows in sizes:
+        table, hier, note = ensure_table(dsn, rows, a.schema, a.regenerate)
+        for i in range(max(1, a.repeat)):
+            an = time_anonymize(dsn, table, hier, a.schema)
+            so = time_sort(dsn, table)
+            print(report(rows, note if i == 0 else "reused", an, so), flush=True)
+            results.append({"rows": rows, "table": table, "anonymize": an, "sort": so,
+                            "ratio": an["wall"] / so["wall"]})
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
