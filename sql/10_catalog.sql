@@ -49,6 +49,9 @@ CREATE TABLE IF NOT EXISTS @schema@.runs (
     seconds           double precision,
     run_by            text NOT NULL DEFAULT current_user
 );
+-- columns added after 0.1.0's first catalog: an upgrade adds them to an existing table
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relations text[] NOT NULL DEFAULT '{}';
+
 COMMENT ON TABLE @schema@.runs IS
     'One row per successful sabre_anonymize call; a failed call rolls back and leaves no row';
 

@@ -50,3 +50,18 @@ def test_analyst_cannot_read_a_table_without_privilege(pg_conn, analyst):
         analyst.execute("SELECT * FROM sabre_anonymize('public.secret'::regclass, ARRAY['age'], 'salary', 0.5, 2, "
                         "output => 'work.s')")
     assert pg_conn.execute("SELECT to_regclass('work.s')").fetchone()[0] is None
+
+
+def test_upgrade_from_an_older_run_catalog_keeps_runs_working(pg_conn):
+    """An install whose sabre.runs predates a column gets it on upgrade (CREATE TABLE IF NOT
+    EXISTS alone would keep the old shape and break every later run)."""
+    from sabre_pg import installer
+    pg_conn.execute("ALTER TABLE sabre.runs DROP COLUMN relations")
+    installer.upgrade(pg_conn, "sabre")
+    pg_conn.execute("CREATE TABLE public.tiny (id int PRIMARY KEY, age int, salary int)")
+    pg_conn.execute("INSERT INTO public.tiny SELECT g, g % 30, g % 5 FROM generate_series(1, 200) g")
+    row = pg_conn.execute("SELECT rows FROM sabre_anonymize('public.tiny'::regclass, ARRAY['age'], "
+                          "'salary', 0.5, 3)").fetchone()
+    assert row[0] == 200
+    rel = pg_conn.execute("SELECT relations FROM sabre.runs").fetchone()[0]
+    assert rel == ["public.tiny_sabre", "public.tiny_sabre_classes", "public.tiny_sabre_keys"]
