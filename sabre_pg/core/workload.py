@@ -41,8 +41,9 @@ The datacube of level mu is the set of cuboids ``GROUP BY A_i1..A_imu, S`` over 
 combination of mu QIs (i.e. one cuboid per combination, with ``WHERE S = v`` for each SA value
 v as the last axis).  For each cuboid, P is the normalized exact cube and Q the normalized
 estimated cube; ``KL(P || Q) = sum_{P > 0} P log(P / Q)`` in nats.  Q never vanishes where P
-does not (each tuple's own cell lies in its box), but to stay finite under binning Q is
-smoothed additively with ``eps = 1e-10`` of a tuple per cell before normalizing.  The reported
+does not (each tuple's own cell lies in its box), but to stay finite under binning the
+normalized Q is mixed with the uniform distribution with weight ``eps = 1e-10``
+(``(1 - eps) Q + eps / cells``), which changes KL by at most about eps.  The reported
 value is the mean over the cuboids of the level (``kl_divergence`` also returns each one).
 """
 from __future__ import annotations
@@ -304,13 +305,14 @@ def median_relative_error(grid: Grid, queries: int = 10_000, lam: int = 3, theta
 
 
 def kl(p_counts, q_counts, eps: float = KL_EPSILON) -> float:
-    """KL(P || Q) in nats of two count arrays, normalized; Q smoothed by eps per cell."""
+    """KL(P || Q) in nats of two count arrays, normalized; Q mixed with the uniform
+    distribution with weight eps (``(1 - eps) Q + eps / cells``)."""
     p = np.asarray(p_counts, dtype=np.float64).ravel()
-    q = np.asarray(q_counts, dtype=np.float64).ravel() + eps
-    if p.sum() <= 0:
+    q = np.asarray(q_counts, dtype=np.float64).ravel()
+    if p.sum() <= 0 or q.sum() <= 0:
         return 0.0
     p = p / p.sum()
-    q = q / q.sum()
+    q = (1.0 - eps) * q / q.sum() + eps / q.size
     nz = p > 0
     return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
 

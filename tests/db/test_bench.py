@@ -1,0 +1,53 @@
+"""``sabre-pg bench --quick`` runs end to end against the test database and writes its files."""
+from __future__ import annotations
+
+import csv
+import json
+import time
+
+from sabre_pg import cli, peer
+
+FIGURES = {"fig10", "fig11", "fig12", "fig13", "fig17", "fig18", "fig_peer"}
+
+
+def test_bench_quick_writes_its_files(pg_dsn, tmp_path):
+    out = tmp_path / "bench-out"
+    t0 = time.perf_counter()
+    assert cli.main(["bench", "--dsn", pg_dsn, "--out", str(out), "--quick"]) == 0
+    assert time.perf_counter() - t0 < 120
+
+    doc = json.loads((out / "results.json").read_text())
+    assert set(doc) == {"meta", "runs", "figures"}
+    assert set(doc["figures"]) == FIGURES
+    assert doc["meta"]["config"]["rows"] == 5000
+    for fid, fg in doc["figures"].items():
+        assert fg["title"] and fg["panels"]
+        for p in fg["panels"]:
+            assert {"name", "x", "xs", "y", "series"} <= set(p)
+            for ys in p["series"].values():
+                assert len(ys) == len(p["xs"])
+    for r in doc["runs"]:
+        assert {"method", "rows", "t", "k", "qis", "ail", "closeness", "classes", "violations",
+                "seconds", "phases"} <= set(r)
+        if r["method"] in ("ak", "knn"):
+            assert r["violations"] == 0 and r["closeness"] <= r["t"] + 1e-9
+            assert {"takeout", "total"} <= set(r["phases"])
+    methods = {r["method"] for r in doc["runs"]}
+    assert {"ak", "knn"} <= methods
+    if peer.available():
+        assert "mondrian" in methods
+        assert "anonypyx" in doc["meta"]["peer"]
+    fig17 = doc["figures"]["fig17"]["panels"]
+    assert all(0 <= y < 100 for p in fig17 for ys in p["series"].values() for y in ys)
+
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and set(rows[0]) == {"figure", "panel", "series", "x_name", "x", "y_name", "y"}
+    assert {r["figure"] for r in rows} == FIGURES
+
+    for fid in FIGURES:
+        png = (out / f"{fid}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+    md = (out / "summary.md").read_text()
+    assert "| SABRE-AK |" in md and "| SABRE-KNN |" in md and "Peer" in md
