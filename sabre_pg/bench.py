@@ -324,16 +324,21 @@ class Bench:
         markers = {"SABRE-AK": "o", "SABRE-KNN": "s", "Mondrian (anonypyx)": "^"}
         for fid, fg in self.figures.items():
             panels = fg["panels"]
-            fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-            for ax, p in zip(axes[0], panels):
+            ncols = min(len(panels), 2 if len(panels) == 4 else 3)
+            nrows = -(-len(panels) // ncols)
+            fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
+            for ax in axes.ravel()[len(panels):]:
+                ax.set_visible(False)
+            for ax, p in zip(axes.ravel(), panels):
                 xs = p["xs"]
                 if p.get("stacked"):
                     pos = list(range(len(xs)))
                     bottom = [0.0] * len(xs)
-                    for s, ys in p["series"].items():
+                    colors = plt.get_cmap("tab20").colors
+                    for ci, (s, ys) in enumerate(p["series"].items()):
                         if not any(ys):
                             continue
-                        ax.bar(pos, ys, bottom=bottom, label=s, width=0.6)
+                        ax.bar(pos, ys, bottom=bottom, label=s, width=0.6, color=colors[ci % len(colors)])
                         bottom = [b + y for b, y in zip(bottom, ys)]
                     ax.set_xticks(pos, [_fmt_x(x) for x in xs])
                     ax.legend(fontsize=6, ncol=2)
