@@ -82,10 +82,12 @@ def _validate_scalars(plpy, t, k, method, opts):
                "'drop' excludes rows with a NULL quasi-identifier or sensitive value.")
     seed = opts.get("seed", 1)
     if not isinstance(seed, int) or isinstance(seed, bool):
-        C.fail(plpy, C.INVALID_PARAMETER, "options.seed must be an integer", None)
+        C.fail(plpy, C.INVALID_PARAMETER, "options.seed must be an integer",
+               'For example options => \'{"seed": 42}\'; the same seed gives the same classes.')
     replace = opts.get("replace", True)
     if not isinstance(replace, bool):
-        C.fail(plpy, C.INVALID_PARAMETER, "options.replace must be true or false", None)
+        C.fail(plpy, C.INVALID_PARAMETER, "options.replace must be true or false",
+               "true (the default) replaces sabre's previous output of the same name.")
     return takeout, nulls, seed, replace
 
 
@@ -97,7 +99,8 @@ def _attributes(plpy, cols, quasi_identifiers, sensitive, opts):
     seen = set()
     for q in qnames:
         if q is None:
-            C.fail(plpy, C.INVALID_PARAMETER, "quasi_identifiers contains NULL", None)
+            C.fail(plpy, C.INVALID_PARAMETER, "quasi_identifiers contains NULL",
+                   "List column names only, e.g. ARRAY['age','sex'].")
         if q in seen:
             C.fail(plpy, C.DUPLICATE_COLUMN, 'quasi-identifier "%s" is listed twice' % q,
                    "List each column once.")
@@ -122,7 +125,8 @@ def _attributes(plpy, cols, quasi_identifiers, sensitive, opts):
                    'options.hierarchies names column "%s", which is neither a quasi-identifier '
                    'nor the sensitive attribute' % col, "Hierarchies apply to the listed columns only.")
         if not isinstance(hn, str):
-            C.fail(plpy, C.INVALID_PARAMETER, "hierarchy name for %s must be a string" % col, None)
+            C.fail(plpy, C.INVALID_PARAMETER, "hierarchy name for %s must be a string" % col,
+                   'For example {"marital": "marital_h"}.')
     attrs = []
     for name in qnames + [sensitive]:
         col = cols[name]
@@ -179,8 +183,17 @@ def _output_name(plpy, src, output):
            "Use schema.table or table.")
 
 
+MAX_NAME = 63          # NAMEDATALEN - 1 bytes
+LONGEST_SUFFIX = "_classes_pkey"
+
+
 def _check_output(plpy, schema, src, oschema, oname, replace):
-    """Existing relations named <output> / <output>_classes must be sabre's own outputs."""
+    """Existing relations named <output> / <output>_classes / <output>_keys must be sabre's own."""
+    if len((oname + LONGEST_SUFFIX).encode()) > MAX_NAME:
+        C.fail(plpy, "42622", "output name %s is too long" % json.dumps(oname),
+               "sabre also creates %s_classes, %s_keys and their indexes; PostgreSQL names hold %d "
+               "bytes, so the output name may have at most %d." % (
+                   oname, oname, MAX_NAME, MAX_NAME - len(LONGEST_SUFFIX)))
     exists = plpy.execute(plpy.prepare("SELECT 1 FROM pg_namespace WHERE nspname = $1", ["text"]), [oschema])
     if not len(exists):
         C.fail(plpy, "3F000", 'schema "%s" of the output does not exist' % oschema,
@@ -227,7 +240,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     key, key_unique = _key(plpy, src, cols, opts)
     keep = opts.get("keep", []) or []
     if not isinstance(keep, list) or not all(isinstance(c, str) for c in keep):
-        C.fail(plpy, C.INVALID_PARAMETER, "options.keep must be a list of column names", None)
+        C.fail(plpy, C.INVALID_PARAMETER, "options.keep must be a list of column names",
+               'For example {"keep": ["id", "visit_date"]}.')
     out_cols = {"ec_id"}
     for a in qis:
         out_cols |= {a.name + "_lo", a.name + "_hi"} if a.numerical else {a.name}
@@ -249,7 +263,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
                    'For example {"age": 2, "sex": 1}; unnamed quasi-identifiers weigh 1; weights are normalized.')
         raw = np.array([float(w.get(a.name, 1.0)) for a in qis])
         if raw.sum() <= 0:
-            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must not all be zero", None)
+            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must not all be zero",
+                   "Give at least one quasi-identifier a positive weight.")
         weights = raw / raw.sum()
     oschema, oname = _output_name(plpy, src, output)
     owned = _check_output(plpy, schema, src, oschema, oname, replace)
@@ -261,8 +276,17 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     # ---- 2. counts, NULLs, hierarchies (set-based)
     S = src["qname"]
     attrs = qis + [sa]
+    nonfinite = [(i, a) for i, a in enumerate(attrs) if a.numerical and _nonfinite_test(plpy, a)]
     cnt = plpy.execute("SELECT count(*) AS n, %s FROM %s" % (
-        ", ".join("count(%s) AS c%d" % (C.qi(plpy, a.name), i) for i, a in enumerate(attrs)), S))[0]
+        ", ".join(["count(%s) AS c%d" % (C.qi(plpy, a.name), i) for i, a in enumerate(attrs)] +
+                  ["count(*) FILTER (WHERE %s) AS f%d" % (_nonfinite_test(plpy, a), i) for i, a in nonfinite]),
+        S))[0]
+    bad = [(a.name, cnt["f%d" % i]) for i, a in nonfinite if cnt["f%d" % i]]
+    if bad:
+        C.fail(plpy, C.INVALID_PARAMETER, "non-finite values (NaN or infinity) in %s" % ", ".join(
+            '"%s" (%d rows)' % b for b in bad),
+            "A numerical attribute needs finite values to be generalized to a range: filter or "
+            "replace them in a view.")
     n_all = cnt["n"]
     nulls_by = [(a.name, n_all - cnt["c%d" % i]) for i, a in enumerate(attrs) if cnt["c%d" % i] < n_all]
     where = ""
@@ -282,15 +306,15 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     if k > n:
         C.fail(plpy, C.INVALID_PARAMETER, "k = %d exceeds the %d rows of the source" % (k, n),
                "Every equivalence class needs at least k rows: choose k <= %d." % n)
+    knull = plpy.execute("SELECT count(*) - count(%s) AS m FROM %s%s" % (C.qi(plpy, key), S, where))[0]["m"]
+    if knull:
+        C.fail(plpy, C.NULL_NOT_ALLOWED, 'key column "%s" has %d NULLs' % (key, knull),
+               "The key must identify each row: use a primary key or a unique NOT NULL column.")
     if not key_unique:
         dup = plpy.execute("SELECT count(*) - count(DISTINCT %s) AS d FROM %s%s" % (C.qi(plpy, key), S, where))[0]["d"]
         if dup:
             C.fail(plpy, C.INVALID_PARAMETER, 'options.key column "%s" is not unique (%d duplicates)' % (key, dup),
                    "The key must identify each row; use a primary key or a unique column.")
-    knull = plpy.execute("SELECT count(*) - count(%s) AS m FROM %s%s" % (C.qi(plpy, key), S, where))[0]["m"]
-    if knull:
-        C.fail(plpy, C.NULL_NOT_ALLOWED, 'key column "%s" has %d NULLs' % (key, knull),
-               "The key must identify each row.")
     for a in attrs:
         if a.kind != "categorical":
             continue
@@ -306,7 +330,9 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     # ---- 3. read every column in one scan
     sel, joins, params, types = ["array_agg(s.%s) AS key" % C.qi(plpy, key)], [], [], []
     for i, a in enumerate(attrs):
-        if a.numerical:
+        if a.numerical and a.col["typname"] in INTEGER_TYPES:
+            sel.append("array_agg(s.%s::int8) AS a%d" % (C.qi(plpy, a.name), i))
+        elif a.numerical:
             sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i))
         else:
             p1, p2 = len(params) + 1, len(params) + 2
@@ -324,7 +350,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     keys = row["key"]
     data = []
     for i, a in enumerate(attrs):
-        data.append(np.asarray(row["a%d" % i], dtype=np.float64 if a.numerical else np.int64))
+        exact = not a.numerical or a.col["typname"] in INTEGER_TYPES
+        data.append(np.asarray(row["a%d" % i], dtype=np.int64 if exact else np.float64))
     del row
     T2 = time.perf_counter()
     phases["read"] = T2 - T1
@@ -365,7 +392,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
         [kl, res.keys[order].tolist(),
          (res.ec[order] * nb + res.bucket_of_tuple[order]).tolist(), nb])
     del kl
-    plpy.execute("CREATE INDEX ON %s (bucket, hilbert_key)" % keys_table)
+    plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
+        C.qi(plpy, "sabre_tmp_%d_k_idx" % run_id), keys_table))
     plpy.execute("COMMENT ON TABLE %s IS %s" % (keys_table, plpy.quote_literal(
         "sabre-pg run %d: source key -> SA bucket, Hilbert key, equivalence class" % run_id)))
     T4 = time.perf_counter()
@@ -377,16 +405,27 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     ctypes = ["bigint[]", "bigint[]", "float8[]"]
     ccols = ["ec_id", "size", "emd"]
     csel = ["u.ec_id", "u.size", "u.emd"]
-    gen_cols = []
+    gen_cols, exact_aggs = [], []
     for i, a in enumerate(qis):
         g = res.generalization[i]
-        if a.numerical:
+        if a.numerical and a.col["typname"] == "numeric":
+            # arbitrary precision: exact min/max in SQL rather than through float8
+            for suffix, agg in (("_lo", "min"), ("_hi", "max")):
+                name = a.name + suffix
+                exact_aggs.append("%s(s.%s)::%s AS %s" % (agg, C.qi(plpy, a.name), a.col["type"],
+                                                          C.qi(plpy, name)))
+                csel.append("g.%s" % C.qi(plpy, name))
+                gen_cols.append(name)
+        elif a.numerical:
+            integer = a.col["typname"] in INTEGER_TYPES
             for suffix, arr in (("_lo", g.lo), ("_hi", g.hi)):
                 cparams.append(arr.tolist())
-                ctypes.append("float8[]")
+                ctypes.append("bigint[]" if integer else "float8[]")
                 name = a.name + suffix
                 ccols.append("c%d" % len(ccols))
-                csel.append("%s AS %s" % (_from_float(plpy, "u." + ccols[-1], a.col), C.qi(plpy, name)))
+                expr = "u.%s::%s" % (ccols[-1], a.col["type"]) if integer else \
+                    _from_float(plpy, "u." + ccols[-1], a.col)
+                csel.append("%s AS %s" % (expr, C.qi(plpy, name)))
                 gen_cols.append(name)
         else:
             cparams.append(g.labels.tolist())
@@ -397,10 +436,14 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     tmp_c = C.qname(plpy, oschema, "sabre_tmp_%d_c" % run_id)
     tmp_o = C.qname(plpy, oschema, "sabre_tmp_%d_o" % run_id)
     plpy.execute(plpy.prepare(
-        "CREATE TABLE %s AS SELECT %s FROM unnest(%s) AS u(%s)" % (
+        "CREATE TABLE %s AS SELECT %s FROM unnest(%s) AS u(%s)%s" % (
             tmp_c, ", ".join(csel), ", ".join("$%d::%s" % (j + 1, ty) for j, ty in enumerate(ctypes)),
-            ", ".join(ccols)), ctypes), cparams)
-    plpy.execute("ALTER TABLE %s ADD PRIMARY KEY (ec_id)" % tmp_c)
+            ", ".join(ccols),
+            " JOIN (SELECT k.ec_id AS g_ec, %s FROM %s AS s JOIN %s AS k ON k.key = s.%s GROUP BY k.ec_id)"
+            " AS g ON g.g_ec = u.ec_id" % (", ".join(exact_aggs), S, keys_table, C.qi(plpy, key))
+            if exact_aggs else ""), ctypes), cparams)
+    plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
+        tmp_c, C.qi(plpy, "sabre_tmp_%d_c_pkey" % run_id)))
     T4b = time.perf_counter()
     phases["build_classes"] = T4b - T4
     osel = ["k.ec_id"] + ["c.%s" % C.qi(plpy, g) for g in gen_cols] + \
@@ -415,6 +458,10 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
         info = C.relation_info(plpy, oid)
         if info is not None:
             plpy.execute("DROP TABLE IF EXISTS %s CASCADE" % C.qname(plpy, info["nspname"], info["relname"]))
+    plpy.execute("ALTER INDEX %s RENAME TO %s" % (
+        C.qname(plpy, oschema, "sabre_tmp_%d_c_pkey" % run_id), C.qi(plpy, oname + "_classes_pkey")))
+    plpy.execute("ALTER INDEX %s RENAME TO %s" % (
+        C.qname(plpy, oschema, "sabre_tmp_%d_k_idx" % run_id), C.qi(plpy, oname + "_keys_idx")))
     plpy.execute("ALTER TABLE %s RENAME TO %s" % (keys_table, C.qi(plpy, oname + "_keys")))
     keys_table = C.qname(plpy, oschema, oname + "_keys")
     plpy.execute("ALTER TABLE %s RENAME TO %s" % (tmp_c, C.qi(plpy, oname + "_classes")))
@@ -450,6 +497,19 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
          [out_q, C.qname(plpy, oschema, oname + "_classes"), keys_table]])
     plpy.execute(plpy.prepare("SELECT set_config('work_mem', $1, true)", ["text"]), [old_wm])
     return [(run_id, out_oid, n, C_n, summ["min_class_size"], summ["max_emd"], summ["ail"], seconds)]
+
+
+def _nonfinite_test(plpy, a):
+    """SQL condition true for NaN / infinite values of a numerical column (None if impossible)."""
+    c = C.qi(plpy, a.name)
+    if a.col["typname"] in ("float4", "float8", "numeric"):
+        return "%s::float8 IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)" % c
+    if a.col["typname"] in ("date", "timestamp", "timestamptz"):
+        return "NOT isfinite(%s)" % c
+    return None
+
+
+INTEGER_TYPES = ("int2", "int4", "int8")
 
 
 def _missing_values(plpy, a, S, where):

@@ -19,9 +19,11 @@ TOLERANCE = 1e-9
 
 def run(plpy, output, sensitive, t, k, hierarchy):
     if t is None or t != t or not (0 < t <= 1):
-        C.fail(plpy, C.INVALID_PARAMETER, "t must satisfy 0 < t <= 1, got %s" % t, None)
+        C.fail(plpy, C.INVALID_PARAMETER, "t must satisfy 0 < t <= 1, got %s" % t,
+               "Pass the t the output was made for.")
     if k is None or k < 1:
-        C.fail(plpy, C.INVALID_PARAMETER, "k must be at least 1, got %s" % k, None)
+        C.fail(plpy, C.INVALID_PARAMETER, "k must be at least 1, got %s" % k,
+               "Pass the k the output was made for (1 checks t-closeness only).")
     rel = C.resolve_relation(plpy, output)
     cols = C.columns(plpy, rel["oid"])
     if "ec_id" not in cols:
@@ -33,7 +35,8 @@ def run(plpy, output, sensitive, t, k, hierarchy):
     col = cols[sensitive]
     kind = "categorical" if hierarchy is not None else C.kind_of(col)
     if kind is None:
-        C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s' % (sensitive, col["type"]), None)
+        C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s' % (sensitive, col["type"]),
+               "Numeric and date/time types are numerical; text, bool and enum are categorical.")
     sq = C.qi(plpy, sensitive)
     nulls = plpy.execute("SELECT count(*) - count(%s) AS m, count(*) - count(ec_id) AS e FROM %s"
                          % (sq, rel["qname"]))[0]
