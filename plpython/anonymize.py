@@ -29,7 +29,7 @@ from sabre_pg.core.sabre import QuasiIdentifier, anonymize, encode_numerical
 
 from . import common as C
 
-OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout")
+OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout", "lookahead")
 
 
 class Attr:
@@ -88,7 +88,12 @@ def _validate_scalars(plpy, t, k, method, opts):
     if not isinstance(replace, bool):
         C.fail(plpy, C.INVALID_PARAMETER, "options.replace must be true or false",
                "true (the default) replaces sabre's previous output of the same name.")
-    return takeout, nulls, seed, replace
+    lookahead = opts.get("lookahead", 4)
+    if not isinstance(lookahead, int) or isinstance(lookahead, bool) or not 0 <= lookahead <= 64:
+        C.fail(plpy, C.INVALID_PARAMETER, "options.lookahead must be an integer from 0 to 64",
+               "0 is the paper's rule (stop bucketization at the first U < t); the default 4 also "
+               "tries up to 4 further splits and keeps the one giving the most classes.")
+    return takeout, nulls, seed, replace, lookahead
 
 
 def _attributes(plpy, cols, quasi_identifiers, sensitive, opts):
@@ -228,7 +233,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     T0 = time.perf_counter()
     phases = {}
     opts = _options(plpy, options)
-    takeout, nulls, seed, replace = _validate_scalars(plpy, t, k, method, opts)
+    takeout, nulls, seed, replace, lookahead = _validate_scalars(plpy, t, k, method, opts)
     schema = C.sabre_schema(plpy)
     qs = plpy.quote_ident(schema)
     src = C.resolve_relation(plpy, source)
@@ -367,7 +372,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
         domain = SADomain("categorical", hierarchy=sa.hierarchy)
     try:
         res = anonymize(core_qis, codes, domain, t, k, method=method, seed=seed, takeout=takeout,
-                        weights=weights)
+                        weights=weights, lookahead=lookahead)
     except ValueError as e:
         C.fail(plpy, C.INVALID_PARAMETER, str(e), "Check the arguments of sabre_anonymize.")
     for name, sec in res.phases.items():

@@ -117,53 +117,68 @@ def _best_num_split(pre: _Prefix, lo: int, hi: int, m: int):
     return int(s[i]), float(c1[i]), float(c2[i])
 
 
-def bucket_num(q, t: float) -> Bucketization:
-    """bucketNum: greedy best-point splits of the sorted SA domain until U < t."""
+def bucket_num(q, t: float, lookahead: int = 0):
+    """bucketNum: greedy best-point splits of the sorted SA domain until U < t.
+
+    With ``lookahead`` > 0, returns a list: the paper's bucketization and up to ``lookahead``
+    further greedy splits (all with U < t)."""
     q = np.asarray(q, dtype=np.float64)
     m = len(q)
-    dom = SADomain("numerical", m=m)
     pre = _Prefix(q)
-    root = Bucket(0, m, cet_numerical(q, 0, m))
-    buckets = [root]
-    U = root.bound
-    trace: list[Split] = []
-    cand: dict[int, tuple] = {}                  # id(bucket) -> (dv, s, c1, c2)
 
     def candidate(b: Bucket):
         if b.hi - b.lo < 2 or m < 2:
             return None
         s, c1, c2 = _best_num_split(pre, b.lo, b.hi, m)
-        return (b.bound - (c1 + c2), s, c1, c2)
+        return (b.bound - (c1 + c2), [Bucket(b.lo, s, c1), Bucket(s, b.hi, c2)])
 
-    cand[id(root)] = candidate(root)
-    while U >= t:
+    out = _greedy(Bucket(0, m, cet_numerical(q, 0, m)), candidate, t, SADomain("numerical", m=m), q,
+                  lookahead)
+    return out if lookahead else out[0]
+
+
+def _greedy(root: Bucket, candidate, t: float, dom: SADomain, q: np.ndarray, lookahead: int):
+    """The greedy loop shared by bucketNum and bucketCat: split the bucket with the largest
+    reduction dv of U (``candidate(b)`` -> (dv, children) or None) until U < t, then go on
+    for up to ``lookahead`` more splits.  Returns every bucketization with U < t on the way."""
+    buckets = [root]
+    cand = {id(root): candidate(root)}
+    U = root.bound
+    trace: list[Split] = []
+    out: list[Bucketization] = []
+    while True:
+        if U < t:
+            out.append(Bucketization(list(buckets), U, dom, q, list(trace)))
+            if len(out) > lookahead:
+                break
         best = None
         for i, b in enumerate(buckets):
             c = cand.get(id(b))
             if c is not None and (best is None or c[0] > best[1][0]):
                 best = (i, c)
-        if best is None:
+        if best is None:                          # every bucket is a single value: U == 0
+            if not out:
+                out.append(Bucketization(list(buckets), U, dom, q, list(trace)))
             break
-        i, (dv, s, c1, c2) = best
+        i, (dv, kids) = best
         b = buckets[i]
-        kids = [Bucket(b.lo, s, c1), Bucket(s, b.hi, c2)]
         buckets[i:i + 1] = kids
         del cand[id(b)]
         for kb in kids:
             cand[id(kb)] = candidate(kb)
         U = upper_bound(buckets)
         trace.append(Split(b, kids, dv, U))
-    return Bucketization(buckets, U, dom, q, trace)
+    return out
 
 
 # --------------------------------------------------------------------------- bucketCat
-def bucket_cat(q, hierarchy, t: float) -> Bucketization:
-    """bucketCat: split hierarchy nodes into their (non-empty) children, largest dv first."""
+def bucket_cat(q, hierarchy, t: float, lookahead: int = 0):
+    """bucketCat: split hierarchy nodes into their (non-empty) children, largest dv first
+    (``lookahead`` as for bucket_num)."""
     q = np.asarray(q, dtype=np.float64)
     h = hierarchy
     if len(q) != h.n_leaves:
         raise ValueError("q has %d values, hierarchy has %d leaves" % (len(q), h.n_leaves))
-    dom = SADomain("categorical", hierarchy=h)
     mass = np.concatenate(([0.0], np.cumsum(q)))
     kids_of: dict[int, list[int]] = {}
     for nid in range(h.n_nodes):
@@ -193,32 +208,13 @@ def bucket_cat(q, hierarchy, t: float) -> Bucketization:
         made = [make(descend(c)) for c in kids]
         return (b.bound - sum(k.bound for k in made), made)
 
-    root = make(descend(h.root))
-    buckets = [root]
-    cand = {id(root): candidate(root)}
-    U = root.bound
-    trace: list[Split] = []
-    while U >= t:
-        best = None
-        for i, b in enumerate(buckets):
-            c = cand.get(id(b))
-            if c is not None and (best is None or c[0] > best[1][0]):
-                best = (i, c)
-        if best is None:
-            break
-        i, (dv, kids) = best
-        b = buckets[i]
-        buckets[i:i + 1] = kids
-        del cand[id(b)]
-        for kb in kids:
-            cand[id(kb)] = candidate(kb)
-        U = upper_bound(buckets)
-        trace.append(Split(b, kids, dv, U))
-    return Bucketization(buckets, U, dom, q, trace)
+    out = _greedy(make(descend(h.root)), candidate, t, SADomain("categorical", hierarchy=h), q, lookahead)
+    return out if lookahead else out[0]
 
 
-def bucketize(q, t: float, domain: SADomain) -> Bucketization:
-    """Dispatch on the SA kind: bucketNum for numerical, bucketCat for categorical."""
+def bucketize(q, t: float, domain: SADomain, lookahead: int = 0):
+    """Dispatch on the SA kind: bucketNum for numerical, bucketCat for categorical.
+    With ``lookahead`` > 0, a list of candidate bucketizations (see ``_greedy``)."""
     if domain.numerical:
-        return bucket_num(q, t)
-    return bucket_cat(q, domain.hierarchy, t)
+        return bucket_num(q, t, lookahead)
+    return bucket_cat(q, domain.hierarchy, t, lookahead)

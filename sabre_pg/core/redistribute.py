@@ -119,6 +119,21 @@ def _residual_nw_cost(X: np.ndarray, y: np.ndarray, D: np.ndarray) -> np.ndarray
     return (length * D[src, dst]).sum(axis=1)
 
 
+def _unique_rows(V: np.ndarray):
+    """Distinct rows of V and the inverse index.  All nodes of one tree level come from
+    repeated halving of one vector, so each component takes at most two adjacent values and a
+    row is a bitmask over the components: a 1-D unique instead of a lexicographic row sort."""
+    lo = V.min(axis=0)
+    D = V - lo
+    B = V.shape[1]
+    if B <= 62 and D.max(initial=0) <= 1:
+        key = D @ (np.int64(1) << np.arange(B, dtype=np.int64))
+        ukey, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return V[first], np.asarray(inv).reshape(-1)
+    uniq, inv = np.unique(V, axis=0, return_inverse=True)
+    return uniq, np.asarray(inv).reshape(-1)
+
+
 @dataclass
 class ECPlan:
     """The leaves of the EC-size tree, in depth-first order: ``templates[c, b]`` tuples of
@@ -152,8 +167,7 @@ def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
     tree: dict = {}
     depth = 0
     while len(nodes):
-        uniq, inv = np.unique(nodes, axis=0, return_inverse=True)
-        inv = np.asarray(inv).reshape(-1)
+        uniq, inv = _unique_rows(nodes)
         c1, c2 = dichotomize(uniq)
         ok = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
         if ok.any():

@@ -115,12 +115,20 @@ def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> None:
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
               seed: int = 0, takeout: str = "sweep", weights=None,
-              with_emds: bool = True) -> SabreResult:
+              with_emds: bool = True, lookahead: int = 4) -> SabreResult:
     """Run SABRE-AK (``method='ak'``) or SABRE-KNN (``'knn'``).
 
     ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
     takes seeds in Hilbert order.  KNN always uses random seeds.
+
+    ``lookahead``: the paper stops bucketization at the first U < t, which can leave little
+    room (t - U) for redistribution, so a larger t can give fewer, larger classes.  Bucketization
+    continues for up to ``lookahead`` more greedy splits (each still has U < t, so Theorem 4's
+    guarantee is unchanged) and the candidate whose EC-size tree has the most classes is used.
+    ``lookahead=0`` is the paper's rule.
     """
+    if int(lookahead) != lookahead or lookahead < 0:
+        raise ValueError("lookahead must be an integer >= 0, got %r" % (lookahead,))
     sa_codes = np.asarray(sa_codes, dtype=np.int64)
     n = len(sa_codes)
     validate(n, t, k, method, takeout, qis)
@@ -129,13 +137,19 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
 
     counts = np.bincount(sa_codes, minlength=domain.m)
     q = counts / n
-    bz = bucketize(q, t, domain)
-    bmap = bz.bucket_of_code()
-    bucket = bmap[sa_codes]
-    bcounts = np.bincount(bucket, minlength=bz.n_buckets)
+    cands = bucketize(q, t, domain, lookahead=lookahead) if lookahead else [bucketize(q, t, domain)]
     toc = time.perf_counter(); ph["bucketize"] = toc - tic; tic = toc
 
-    plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
+    # Redistribution for the paper's bucketization and each look-ahead candidate; keep the
+    # one whose EC-size tree has the most classes (the first on ties).
+    best = None
+    for bz in cands:
+        bcounts = np.array([counts[b.lo:b.hi].sum() for b in bz.buckets], dtype=np.int64)
+        plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
+        if best is None or plan.n_classes > best[1].n_classes:
+            best = (bz, plan)
+    bz, plan = best
+    bucket = bz.bucket_of_code()[sa_codes]
     toc = time.perf_counter(); ph["redistribute"] = toc - tic; tic = toc
 
     keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])

@@ -121,7 +121,8 @@ CASES = [
     ("output-three-parts", dict(output="a.b.c"), "42602", ["a.b.c"]),
     ("output-unbalanced-quote", dict(output='public."abc'), "42602", ["abc"]),
     ("output-schema-missing", dict(output="nope_schema.x"), "3F000", ["nope_schema"]),
-    # bad inputs whose errors currently come without a HINT (see the report)
+    ("lookahead-negative", dict(options={"lookahead": -1}), "22023", ["lookahead"]),
+    ("lookahead-not-integer", dict(options={"lookahead": 1.5}), "22023", ["lookahead"]),
     ("seed-not-integer", dict(options={"seed": "x"}), "22023", ["seed"]),
     ("replace-not-boolean", dict(options={"replace": "yes"}), "22023", ["replace"]),
     ("keep-not-list", dict(options={"keep": "id"}), "22023", ["keep"]),
