@@ -42,7 +42,8 @@ def _options(plpy, options) -> dict:
     for key in ("k", "max_cells", "max_bins"):
         v = opts.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            C.fail(plpy, C.INVALID_PARAMETER, "options.%s must be a positive integer" % key, None)
+            C.fail(plpy, C.INVALID_PARAMETER, "options.%s must be a positive integer" % key,
+                   "For example options => '{\"queries\": 1000}'.")
     h = opts.get("hierarchies")
     if h is not None and (not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values())):
         C.fail(plpy, C.INVALID_PARAMETER, "options.hierarchies must map column names to hierarchy names",
@@ -93,7 +94,8 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
         sensitive = sensitive if sensitive is not None else run["sensitive"]
     qnames = list(quasi_identifiers)
     if not qnames or any(q is None for q in qnames) or len(set(qnames)) != len(qnames):
-        C.fail(plpy, C.INVALID_PARAMETER, "quasi_identifiers must be a non-empty list of distinct names", None)
+        C.fail(plpy, C.INVALID_PARAMETER, "quasi_identifiers must be a non-empty list of distinct names",
+               "For example ARRAY['age','sex']; each column once.")
     if sensitive in qnames:
         C.fail(plpy, C.INVALID_PARAMETER, 'the sensitive attribute "%s" is also a quasi-identifier' % sensitive,
                None)
@@ -131,7 +133,8 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
             vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
                                 "FROM %s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), S, C.qi(plpy, a.name)))[0]["vs"]
             if not vals:
-                C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, S), None)
+                C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, S),
+                       "The column has only NULLs; choose another quasi-identifier.")
             a.hierarchy = Hierarchy.flat(vals, root="*" if "*" not in vals else "(any)", name=a.name)
 
     D = Data()
@@ -140,7 +143,8 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
     D.src_vals = _read_columns(plpy, S, attrs, "source", leaves=True)
     D.out_ec, D.out_vals = _read_output(plpy, O, attrs)
     if len(D.src_vals[-1]) == 0:
-        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows" % S, None)
+        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows" % S,
+               "Evaluate against the non-empty source the output was made from.")
     return D
 
 
@@ -203,7 +207,8 @@ def _read_output(plpy, O, attrs):
         sel.append("array_agg(m%d.pos) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (j, j, j, j))
     row = _exec(plpy, "SELECT %s FROM %s AS o %s" % (", ".join(sel), O, " ".join(joins)), types, params)
     if row["ec"] is None:
-        C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % O, None)
+        C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % O,
+               "Evaluate a sabre output (one row per source row) that is not empty.")
     vals = []
     for i, a in enumerate(attrs):
         if not a.numerical and row["miss%d" % i]:
@@ -213,12 +218,14 @@ def _read_output(plpy, O, attrs):
         if a.numerical and i < j:
             lo, hi = row["a%d_lo" % i], row["a%d_hi" % i]
             if any(v is None for v in lo) or any(v is None for v in hi):
-                C.fail(plpy, C.NULL_NOT_ALLOWED, 'the output has NULLs in "%s_lo" or "%s_hi"' % (a.name, a.name), None)
+                C.fail(plpy, C.NULL_NOT_ALLOWED, 'the output has NULLs in "%s_lo" or "%s_hi"' % (a.name, a.name),
+                       "Evaluate the relation as sabre_anonymize wrote it; every class has a range.")
             vals.append((np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)))
         else:
             v = row["a%d" % i]
             if a.numerical and any(x is None for x in v):
-                C.fail(plpy, C.NULL_NOT_ALLOWED, 'the output has NULLs in "%s"' % a.name, None)
+                C.fail(plpy, C.NULL_NOT_ALLOWED, 'the output has NULLs in "%s"' % a.name,
+                       "Evaluate the relation as sabre_anonymize wrote it; every class has a label.")
             vals.append(np.asarray(v, dtype=np.float64 if a.numerical else np.int64))
     ec = row["ec"]
     if any(e is None for e in ec):
@@ -259,7 +266,8 @@ def grid(plpy, D) -> W.Grid:
         return W.Grid(sizes[:d], sizes[d], np.column_stack(src[:d]), src[d],
                       np.column_stack(lo[:d]), np.column_stack(hi[:d]), lo[d])
     except ValueError as e:
-        C.fail(plpy, C.INVALID_PARAMETER, str(e), None)
+        C.fail(plpy, C.INVALID_PARAMETER, str(e),
+               "Check the arguments against docs/evaluation.md.")
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -277,10 +285,12 @@ def utility(plpy, output, source, quasi_identifiers, sensitive, options):
     w = D.opts.get("weights") or (D.run or {}).get("options", {}).get("weights")
     if w:
         if not isinstance(w, dict) or any(v is None or not isinstance(v, (int, float)) or v < 0 for v in w.values()):
-            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must map quasi-identifiers to weights >= 0", None)
+            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must map quasi-identifiers to weights >= 0",
+                   'For example {"age": 2, "sex": 1}; unnamed quasi-identifiers weigh 1.')
         raw = np.array([float(w.get(a.name, 1.0)) for a in D.qis])
         if raw.sum() <= 0:
-            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must not all be zero", None)
+            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must not all be zero",
+                   "Give at least one quasi-identifier a positive weight.")
         weights = raw / raw.sum()
     u = W.output_utility(D.out_ec, ils, weights, D.k)
     return [(u["rows"], u["classes"], u["ail"], u["discernibility"], u["aecs"], u["aecs_normalized"],
@@ -290,7 +300,8 @@ def utility(plpy, output, source, quasi_identifiers, sensitive, options):
 def query_error(plpy, output, source, quasi_identifiers, sensitive, queries, dimensionality, selectivity,
                 seed, options):
     if queries is None or queries < 1:
-        C.fail(plpy, C.INVALID_PARAMETER, "queries must be at least 1, got %s" % queries, None)
+        C.fail(plpy, C.INVALID_PARAMETER, "queries must be at least 1, got %s" % queries,
+               "The paper's workload uses 10,000 queries.")
     if selectivity is None or selectivity != selectivity or not (0 < selectivity <= 1):
         C.fail(plpy, C.INVALID_PARAMETER, "selectivity (theta) must satisfy 0 < theta <= 1, got %s" % selectivity,
                "theta is the expected fraction of rows a query selects; the paper uses 0.1.")
