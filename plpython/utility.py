@@ -43,7 +43,7 @@ def _options(plpy, options) -> dict:
         v = opts.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             C.fail(plpy, C.INVALID_PARAMETER, "options.%s must be a positive integer" % key,
-                   "For example options => '{\"queries\": 1000}'.")
+                   "For example options => '{\"%s\": 6}'." % key)
     h = opts.get("hierarchies")
     if h is not None and (not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values())):
         C.fail(plpy, C.INVALID_PARAMETER, "options.hierarchies must map column names to hierarchy names",
