@@ -45,20 +45,7 @@ class Attr:
 
 
 def _options(plpy, options) -> dict:
-    if options is None:
-        return {}
-    try:
-        opts = json.loads(options) if isinstance(options, str) else dict(options)
-    except ValueError as e:
-        C.fail(plpy, C.INVALID_PARAMETER, "options is not valid JSON: %s" % e)
-    if not isinstance(opts, dict):
-        C.fail(plpy, C.INVALID_PARAMETER, "options must be a JSON object",
-               'For example options => \'{"key": "id", "seed": 1}\'.')
-    unknown = sorted(set(opts) - set(OPTION_KEYS))
-    if unknown:
-        C.fail(plpy, C.INVALID_PARAMETER, "unknown option(s): %s" % ", ".join(unknown),
-               "Known options: %s." % ", ".join(OPTION_KEYS))
-    return opts
+    return C.parse_options(plpy, options, OPTION_KEYS, '{"key": "id", "seed": 1}')
 
 
 def _validate_scalars(plpy, t, k, method, opts):

@@ -2,6 +2,8 @@
 catalog look-ups and bulk column reads.  Every function takes ``plpy`` explicitly."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from sabre_pg.core.hierarchy import Hierarchy, HierarchyError  # noqa: F401 (re-export)
@@ -122,3 +124,22 @@ def load_hierarchy(plpy, schema: str, name: str, purpose: str) -> Hierarchy:
 
 def to_array(values, dtype) -> np.ndarray:
     return np.asarray(values, dtype=dtype)
+
+
+def parse_options(plpy, options, known, example: str) -> dict:
+    """The jsonb ``options`` argument as a dict; unknown keys are an error (typos must not pass)."""
+    if options is None:
+        return {}
+    try:
+        opts = json.loads(options) if isinstance(options, str) else dict(options)
+    except ValueError as e:
+        fail(plpy, INVALID_PARAMETER, "options is not valid JSON: %s" % e,
+             "Pass a JSON object, e.g. options => '%s'." % example)
+    if not isinstance(opts, dict):
+        fail(plpy, INVALID_PARAMETER, "options must be a JSON object",
+             "For example options => '%s'." % example)
+    unknown = sorted(set(opts) - set(known))
+    if unknown:
+        fail(plpy, INVALID_PARAMETER, "unknown option(s): %s" % ", ".join(unknown),
+             "Known options: %s." % ", ".join(known))
+    return opts

@@ -26,19 +26,7 @@ OPTION_KEYS = ("hierarchies", "weights", "k", "max_cells", "max_bins")
 
 
 def _options(plpy, options) -> dict:
-    if options is None:
-        return {}
-    try:
-        opts = json.loads(options) if isinstance(options, str) else dict(options)
-    except ValueError as e:
-        C.fail(plpy, C.INVALID_PARAMETER, "options is not valid JSON: %s" % e)
-    if not isinstance(opts, dict):
-        C.fail(plpy, C.INVALID_PARAMETER, "options must be a JSON object",
-               'For example options => \'{"hierarchies": {"marital": "census_marital"}}\'.')
-    unknown = sorted(set(opts) - set(OPTION_KEYS))
-    if unknown:
-        C.fail(plpy, C.INVALID_PARAMETER, "unknown option(s): %s" % ", ".join(unknown),
-               "Known options: %s." % ", ".join(OPTION_KEYS))
+    opts = C.parse_options(plpy, options, OPTION_KEYS, '{"hierarchies": {"marital": "census_marital"}}')
     for key in ("k", "max_cells", "max_bins"):
         v = opts.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):

@@ -52,6 +52,16 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
     need = tl[0]
     short = sum(1 for b in range(B) if need[b] > 0)
     take_ids, take_ec = [], []
+
+    def form(need):                               # EC c takes the top of every stack
+        for bb in range(B):
+            a = need[bb]
+            if a:
+                s = stacks[bb]
+                take_ids.extend(s[-a:])
+                del s[-a:]
+        take_ec.append((len(take_ec), sum(need)))
+
     for i, b in zip(o.tolist(), bucket[o].tolist()):
         st = stacks[b]
         st.append(i)
@@ -59,13 +69,7 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
             short -= 1
             # the stacks may cover several templates in a row: form each as soon as covered
             while short == 0:
-                for bb in range(B):
-                    a = need[bb]
-                    if a:
-                        s = stacks[bb]
-                        take_ids.extend(s[-a:])
-                        del s[-a:]
-                take_ec.append((c, sum(need)))
+                form(need)
                 c += 1
                 if c == C:
                     break
@@ -73,16 +77,8 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
                 short = sum(1 for bb in range(B) if len(stacks[bb]) < need[bb])
             if c == C:
                 break
-    while c < C:                                  # the last ECs collect what is still pending
-        need = tl[c]
-        for bb in range(B):
-            a = need[bb]
-            if a:
-                s = stacks[bb]
-                take_ids.extend(s[-a:])
-                del s[-a:]
-        take_ec.append((c, sum(need)))
-        c += 1
+    for c in range(c, C):                         # the last ECs collect what is still pending
+        form(tl[c])
     ids = np.asarray(take_ids, dtype=np.int64)
     ecs, counts = np.asarray(take_ec, dtype=np.int64).T
     ec[ids] = np.repeat(ecs, counts)
