@@ -23,6 +23,10 @@ from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
 METHODS = ("ak", "knn")
 TAKEOUTS = ("sweep", "random")
+# A look-ahead bucketization replaces the current one only with this factor more classes:
+# on the census-like data at t = 0.35, 4 buckets gave 16,384 classes against 3 buckets'
+# 15,800 but raised AIL from 0.285 to 0.341; at t = 0.25, 16,384 against 3,973 lowered it.
+LOOKAHEAD_GAIN = 1.25
 
 
 @dataclass
@@ -124,7 +128,8 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     ``lookahead``: the paper stops bucketization at the first U < t, which can leave little
     room (t - U) for redistribution, so a larger t can give fewer, larger classes.  Bucketization
     continues for up to ``lookahead`` more greedy splits (each still has U < t, so Theorem 4's
-    guarantee is unchanged) and the candidate whose EC-size tree has the most classes is used.
+    guarantee is unchanged); a later candidate is used when its EC-size tree has at least
+    ``LOOKAHEAD_GAIN`` times as many classes as the current choice.
     ``lookahead=0`` is the paper's rule.
     """
     if int(lookahead) != lookahead or lookahead < 0:
@@ -140,13 +145,14 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     cands = bucketize(q, t, domain, lookahead=lookahead) if lookahead else [bucketize(q, t, domain)]
     toc = time.perf_counter(); ph["bucketize"] = toc - tic; tic = toc
 
-    # Redistribution for the paper's bucketization and each look-ahead candidate; keep the
-    # one whose EC-size tree has the most classes (the first on ties).
+    # Redistribution for the paper's bucketization and each look-ahead candidate.  A further
+    # split costs utility (every class must draw from one more bucket), so a candidate replaces
+    # the current choice only if its EC-size tree has LOOKAHEAD_GAIN times as many classes.
     best = None
     for bz in cands:
         bcounts = np.array([counts[b.lo:b.hi].sum() for b in bz.buckets], dtype=np.int64)
         plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
-        if best is None or plan.n_classes > best[1].n_classes:
+        if best is None or plan.n_classes >= LOOKAHEAD_GAIN * best[1].n_classes:
             best = (bz, plan)
     bz, plan = best
     bucket = bz.bucket_of_code()[sa_codes]
