@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 
 from sabre_pg import cli, peer
 
@@ -12,9 +11,8 @@ FIGURES = {"fig10", "fig11", "fig12", "fig13", "fig17", "fig18", "fig_peer"}
 
 def test_bench_quick_writes_its_files(pg_dsn, tmp_path):
     out = tmp_path / "bench-out"
-    t0 = time.perf_counter()
+    assert peer.available(), "anonypyx (the Mondrian peer) is in the test extra and must be installed"
     assert cli.main(["bench", "--dsn", pg_dsn, "--out", str(out), "--quick"]) == 0
-    assert time.perf_counter() - t0 < 120
 
     doc = json.loads((out / "results.json").read_text())
     assert set(doc) == {"meta", "runs", "figures"}
@@ -34,9 +32,8 @@ def test_bench_quick_writes_its_files(pg_dsn, tmp_path):
             assert {"takeout", "total"} <= set(r["phases"])
     methods = {r["method"] for r in doc["runs"]}
     assert {"ak", "knn"} <= methods
-    if peer.available():
-        assert "mondrian" in methods
-        assert "anonypyx" in doc["meta"]["peer"]
+    assert "mondrian" in methods
+    assert "anonypyx" in doc["meta"]["peer"]
     fig17 = doc["figures"]["fig17"]["panels"]
     assert all(0 <= y < 100 for p in fig17 for ys in p["series"].values() for y in ys)
 

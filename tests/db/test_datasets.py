@@ -8,7 +8,6 @@ the core SQL); they fail with an explicit message when it is not installed.
 """
 from __future__ import annotations
 
-import time
 
 import pytest
 from psycopg import sql
@@ -122,14 +121,12 @@ def test_census_correlations(pg_conn):
     assert top < 0.1
 
 
-def test_census_100k_is_fast(pg_conn):
-    t0 = time.perf_counter()
+def test_census_100k_rows(pg_conn):
+    """100k rows in one set-based statement (its speed is measured by benchmarks, not here)."""
     res = ds.generate_census(pg_conn, table="census_100k", rows=100_000, seed=1,
                              hierarchies=False)
-    elapsed = time.perf_counter() - t0
     assert res["rows"] == 100_000
     assert pg_conn.execute("SELECT count(*) FROM census_100k").fetchone()[0] == 100_000
-    assert elapsed < 30, f"100k rows took {elapsed:.1f} s"  # ~0.5 s on a 2-core dev box
 
 
 def test_census_refuses_to_overwrite(pg_conn):
