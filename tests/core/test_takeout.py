@@ -199,3 +199,45 @@ def test_sweep_forms_a_covered_template_at_once():
     # pending tuple 0 right away; EC 2 forms at tuple 4, EC 3 at tuple 6.
     ec = takeout_sweep(bucket, keys, templates)
     assert ec.tolist() == [1, 0, 0, 2, 2, 3, 3]
+
+
+def _sweep_per_tuple(bucket, keys, templates):
+    """The sweep as described: scan tuples in key order, push each on its bucket's stack, and
+    form the next EC from the stack tops as soon as the stacks cover its template."""
+    C, B = templates.shape
+    ec = np.empty(len(bucket), dtype=np.int64)
+    stacks = [[] for _ in range(B)]
+    c = 0
+
+    def covered(c):
+        return all(len(stacks[b]) >= templates[c, b] for b in range(B))
+
+    def form(c):
+        for b in range(B):
+            a = int(templates[c, b])
+            if a:
+                ec[stacks[b][-a:]] = c
+                del stacks[b][-a:]
+
+    for i in np.argsort(keys, kind="stable"):
+        stacks[bucket[i]].append(i)
+        while c < C and covered(c):
+            form(c)
+            c += 1
+    while c < C:
+        form(c)
+        c += 1
+    return ec
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_sweep_matches_the_per_tuple_scan(case):
+    """The per-EC computation of takeout_sweep gives exactly the per-tuple scan's classes."""
+    rng = np.random.default_rng(700 + case)
+    n = int(rng.integers(2, 300))
+    B = int(rng.integers(1, 5))
+    C = int(rng.integers(1, max(2, min(n // 2, 30))))
+    bucket, templates = random_case(rng, n, B, C)
+    keys = rng.integers(0, 40 if case % 2 else 10**6, n)      # with and without ties
+    np.testing.assert_array_equal(takeout_sweep(bucket, keys, templates),
+                                  _sweep_per_tuple(bucket, keys, templates))
