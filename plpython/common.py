@@ -126,6 +126,27 @@ def to_array(values, dtype) -> np.ndarray:
     return np.asarray(values, dtype=dtype)
 
 
+class settings:
+    """Context manager: transaction-local GUC values, restored on exit."""
+
+    def __init__(self, plpy, **values):
+        self.plpy, self.values, self.saved = plpy, values, {}
+
+    def __enter__(self):
+        for name, value in self.values.items():
+            r = self.plpy.execute(self.plpy.prepare(
+                "SELECT current_setting($1) AS old, set_config($1, $2, true)", ["text", "text"]),
+                [name, str(value)])
+            self.saved[name] = r[0]["old"]
+        return self
+
+    def __exit__(self, *exc):
+        for name, old in self.saved.items():
+            self.plpy.execute(self.plpy.prepare("SELECT set_config($1, $2, true)", ["text", "text"]),
+                              [name, old])
+        return False
+
+
 def parse_options(plpy, options, known, example: str) -> dict:
     """The jsonb ``options`` argument as a dict; unknown keys are an error (typos must not pass)."""
     if options is None:

@@ -134,10 +134,13 @@ class SADomain:
 
 def class_emds(ec: np.ndarray, codes: np.ndarray, domain: SADomain,
                n_classes: int | None = None, q: np.ndarray | None = None,
-               chunk_cells: int = 4_000_000) -> np.ndarray:
+               chunk_cells: int = 4_000_000, order: np.ndarray | None = None) -> np.ndarray:
     """EMD of every class against the table distribution ``q`` (default: of ``codes``).
 
-    ``ec[i]`` is tuple i's class id in 0..C-1, ``codes[i]`` its SA code.
+    ``ec[i]`` is tuple i's class id in 0..C-1, ``codes[i]`` its SA code; ``order`` (optional)
+    lists the tuples sorted by class, as ``generalize.ECIndex.order`` does.  Class x value
+    count matrices of at most ``chunk_cells`` cells are evaluated densely; a numerical SA
+    whose matrix would exceed 16 cells per tuple uses the sparse O(n log m) path instead.
     """
     ec = np.asarray(ec, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
@@ -146,11 +149,12 @@ def class_emds(ec: np.ndarray, codes: np.ndarray, domain: SADomain,
     if q is None:
         q = np.bincount(codes, minlength=m) / len(codes)
     sizes = np.bincount(ec, minlength=C).astype(np.float64)
-    if domain.numerical and C * m > chunk_cells:
+    if domain.numerical and C * m > max(chunk_cells, 16 * len(ec)):
         return _ordered_class_emds_sparse(ec, codes, m, C, q, sizes)
     out = np.empty(C)
     step = max(1, chunk_cells // max(m, 1))
-    order = np.argsort(ec, kind="stable")
+    if order is None:
+        order = np.argsort(ec, kind="stable")
     ec_s, codes_s = ec[order], codes[order]
     bounds = np.searchsorted(ec_s, np.arange(0, C + step, step))
     for c0 in range(0, C, step):

@@ -14,13 +14,25 @@ import numpy as np
 from .hierarchy import Hierarchy
 
 
+def stable_argsort(ids: np.ndarray) -> np.ndarray:
+    """``np.argsort(ids, kind='stable')`` for non-negative integers below 2^32, as two
+    16-bit radix passes (numpy radix-sorts 16-bit keys): about twice as fast for millions."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) == 0 or ids.min() < 0 or ids.max() >= 1 << 32:
+        return np.argsort(ids, kind="stable")
+    order = np.argsort((ids & 0xFFFF).astype(np.uint16), kind="stable")
+    if ids.max() >> 16:
+        order = order[np.argsort((ids[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
+
+
 class ECIndex:
     """Tuples grouped by EC: one stable sort, reused by every column."""
 
     def __init__(self, ec: np.ndarray, n_classes: int | None = None):
         ec = np.asarray(ec, dtype=np.int64)
         self.n_classes = int(ec.max()) + 1 if n_classes is None else int(n_classes)
-        self.order = np.argsort(ec, kind="stable")
+        self.order = stable_argsort(ec)
         self.sizes = np.bincount(ec, minlength=self.n_classes)
         if (self.sizes == 0).any():
             raise ValueError("EC ids must be 0..C-1 with no empty class")

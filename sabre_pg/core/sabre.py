@@ -58,6 +58,7 @@ class SabreResult:
     keys: np.ndarray | None              # Hilbert keys (AK)
     bucket_of_tuple: np.ndarray
     phases: dict = field(default_factory=dict)
+    index: ECIndex | None = None         # tuples grouped by EC (order, starts)
 
     @property
     def n_classes(self) -> int:
@@ -182,7 +183,8 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     il = metrics.il_per_class(ils, weights)
     toc = time.perf_counter(); ph["generalize"] = toc - tic; tic = toc
 
-    emds = class_emds(ec, sa_codes, domain, plan.n_classes, q) if with_emds else np.zeros(plan.n_classes)
+    emds = class_emds(ec, sa_codes, domain, plan.n_classes, q, order=idx.order) if with_emds \
+        else np.zeros(plan.n_classes)
     toc = time.perf_counter(); ph["metrics"] = toc - tic
     ph["total"] = sum(ph.values())
-    return SabreResult(ec, idx.sizes, emds, bz, plan, gen, il, keys, bucket, ph)
+    return SabreResult(ec, idx.sizes, emds, bz, plan, gen, il, keys, bucket, ph, idx)

@@ -143,23 +143,30 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
     assert v["min_class_size"] == res["min_class_size"]
     assert v["max_emd"] == pytest.approx(res["max_emd"], abs=1e-9)
 
-    # output columns: names and types
+    # output columns: names and types ("id" is there when the run kept it)
+    kept_id = "id" in dict(columns(conn, out))
     expected = [("ec_id", "bigint")]
     for q in qis:
         if q in numerical:
             expected += [(q + "_lo", src_types[q]), (q + "_hi", src_types[q])]
         else:
             expected.append((q, "text"))
-    expected += [(sensitive, src_types[sensitive]), ("id", src_types["id"])]
+    expected += [(sensitive, src_types[sensitive])] + ([("id", src_types["id"])] if kept_id else [])
     assert columns(conn, out) == expected
-    gen_cols = [c for c, _ in expected[1:-2]]
+    gen_cols = [c for c, _ in expected[1:len(expected) - (2 if kept_id else 1)]]
     assert [c for c, _ in columns(conn, classes)] == ["ec_id", "size", "emd"] + gen_cols
+    keys = run_row(conn, res["run_id"])["keys_table"]
+    kt = sql.SQL(keys)
 
-    # row count, every source key exactly once
+    # row count, every source key exactly once (in the output when kept, else in the side table)
     assert count(conn, out) == n_source
     assert scalar(conn, sql.SQL(
         "SELECT count(*) FROM {} s FULL JOIN (SELECT id, count(*) AS n FROM {} GROUP BY id) o "
-        "USING (id) WHERE o.n IS DISTINCT FROM 1 OR s.id IS NULL").format(src, out)) == 0
+        "USING (id) WHERE o.n IS DISTINCT FROM 1 OR s.id IS NULL").format(
+            src, out if kept_id else sql.SQL("(SELECT key AS id FROM {}) AS k").format(kt))) == 0
+    # per source row: its output row, or (not kept) its class through the side table
+    per_row = out if kept_id else sql.SQL(
+        "(SELECT k.key AS id, c.* FROM {} k JOIN {} c USING (ec_id))").format(kt, classes)
 
     # numerical: _lo <= _hi, and the source value lies in its class's range
     for q in numerical:
@@ -167,7 +174,7 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
         assert count(conn, out, sql.SQL("{} IS NULL OR {} IS NULL OR {} > {}").format(lo, hi, lo, hi)) == 0
         assert scalar(conn, sql.SQL(
             "SELECT count(*) FROM {} o JOIN {} s USING (id) WHERE NOT (s.{} BETWEEN o.{} AND o.{})")
-            .format(out, src, col, lo, hi)) == 0, q
+            .format(per_row, src, col, lo, hi)) == 0, q
     # categorical: labels are nodes of the hierarchy and ancestors-or-self of the source value
     for q in categorical:
         col = sql.Identifier(q)
@@ -178,11 +185,18 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
         assert scalar(conn, sql.SQL(
             "SELECT count(*) FROM {} o JOIN {} s USING (id) WHERE NOT EXISTS ("
             "SELECT 1 FROM sabre.hierarchy_rows h WHERE h.hierarchy = %s "
-            "AND h.path[1] = s.{}::text AND o.{} = ANY (h.path))").format(out, src, col, col), (h,)) == 0, q
-    # the SA is published unchanged
+            "AND h.path[1] = s.{}::text AND o.{} = ANY (h.path))").format(per_row, src, col, col), (h,)) == 0, q
+    # the SA is published unchanged: per row when the key is kept, and always as the exact
+    # multiset of each class's source values (classes through the side table)
     sa = sql.Identifier(sensitive)
-    assert scalar(conn, sql.SQL("SELECT count(*) FROM {} o JOIN {} s USING (id) "
-                                "WHERE o.{} IS DISTINCT FROM s.{}").format(out, src, sa, sa)) == 0
+    if kept_id:
+        assert scalar(conn, sql.SQL("SELECT count(*) FROM {} o JOIN {} s USING (id) "
+                                    "WHERE o.{} IS DISTINCT FROM s.{}").format(out, src, sa, sa)) == 0
+    assert scalar(conn, sql.SQL(
+        "SELECT count(*) FROM (SELECT ec_id, {sa} AS v, count(*) AS n FROM {out} GROUP BY 1, 2) o "
+        "FULL JOIN (SELECT k.ec_id, s.{sa} AS v, count(*) AS n FROM {kt} k JOIN {src} s ON s.id = k.key "
+        "GROUP BY 1, 2) x ON x.ec_id = o.ec_id AND x.v = o.v WHERE x.n IS DISTINCT FROM o.n").format(
+            sa=sa, out=out, kt=kt, src=src)) == 0
 
     # <output>_classes: one row per class, sizes = output counts, emd <= t, same generalization
     assert count(conn, classes) == res["classes"]
@@ -221,17 +235,19 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
                   (out.as_string(conn),)) == 1
 
     # the side table: every key once, consistent ECs, btree on (bucket, hilbert_key)
-    keys = r["keys_table"]
-    assert keys is not None
+    assert keys == r["keys_table"] and keys is not None
     assert scalar(conn, "SELECT to_regclass(%s)::text", (keys,)) is not None
-    kt = sql.SQL(keys)
     assert [c for c, _ in columns(conn, kt)] == ["key", "bucket", "hilbert_key", "ec_id"]
     assert count(conn, kt) == n_source
     assert scalar(conn, sql.SQL(
         "SELECT count(*) FROM {} s FULL JOIN (SELECT key, count(*) AS n FROM {} GROUP BY key) k "
         "ON k.key = s.id WHERE k.n IS DISTINCT FROM 1 OR s.id IS NULL").format(src, kt)) == 0
-    assert scalar(conn, sql.SQL("SELECT count(*) FROM {} k JOIN {} o ON o.id = k.key "
-                                "WHERE o.ec_id <> k.ec_id").format(kt, out)) == 0
+    if kept_id:
+        assert scalar(conn, sql.SQL("SELECT count(*) FROM {} k JOIN {} o ON o.id = k.key "
+                                    "WHERE o.ec_id <> k.ec_id").format(kt, out)) == 0
+    # the side table is for its owner only, whatever the schema's default privileges
+    assert scalar(conn, "SELECT count(*) FROM pg_class c, aclexplode(c.relacl) a "
+                        "WHERE c.oid = %s::regclass AND a.grantee <> c.relowner", (keys,)) == 0
     idx = conn.execute(
         "SELECT am.amname, array(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY "
         "AS x(attnum, ord) JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = x.attnum "
@@ -242,13 +258,15 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
     assert not [r for r in relations(conn) if r[1].startswith("sabre_tmp_") and r[2] == "r"]
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_census_end_to_end(pg_conn, method):
+@pytest.mark.parametrize("method,keep", [("ak", ["id"]), ("ak", []), ("knn", [])],
+                         ids=["ak-keep-id", "ak", "knn"])
+def test_census_end_to_end(pg_conn, method, keep):
+    """keep = []: the output is built from the classes alone; keep = ["id"]: with the source."""
     hier = make_census(pg_conn)
     before = checksum(pg_conn, ident("public.census"))
     t, k = 0.35, 6
     res = anonymize(pg_conn, "public.census", CENSUS_QIS, "salary", t, k, method, "public.census_anon",
-                    {"hierarchies": hier, "key": "id", "seed": 1, "keep": ["id"], "weights": {}})
+                    {"hierarchies": hier, "key": "id", "seed": 1, "keep": keep, "weights": {}})
     check_output_contract(pg_conn, source="public.census", output="public.census_anon", qis=CENSUS_QIS,
                           sensitive="salary", t=t, k=k, method=method, hierarchies=hier, res=res,
                           before_checksum=before)
@@ -258,8 +276,8 @@ def test_census_end_to_end(pg_conn, method):
     assert types["salary"] == "integer"
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_adult_end_to_end(pg_conn, pg_dsn, shared_dir, method):
+@pytest.mark.parametrize("method,keep", [("ak", []), ("knn", ["id"])], ids=["ak", "knn-keep-id"])
+def test_adult_end_to_end(pg_conn, pg_dsn, shared_dir, method, keep):
     load_adult(pg_conn, pg_dsn, shared_dir)
     n = count(pg_conn, ident("public.adult"))
     assert n == 30162
@@ -268,7 +286,7 @@ def test_adult_end_to_end(pg_conn, pg_dsn, shared_dir, method):
     before = checksum(pg_conn, ident("public.adult"))
     t, k = 0.4, 5
     res = anonymize(pg_conn, "public.adult", ADULT_QIS, "occupation", t, k, method, "public.adult_anon",
-                    {"hierarchies": hier, "keep": ["id"], "seed": 3})
+                    {"hierarchies": hier, "keep": keep, "seed": 3})
     check_output_contract(pg_conn, source="public.adult", output="public.adult_anon", qis=ADULT_QIS,
                           sensitive="occupation", t=t, k=k, method=method, hierarchies=hier, res=res,
                           before_checksum=before, sa_hierarchy="adult_occupation")
@@ -435,6 +453,53 @@ def test_date_timestamp_numeric_qis(pg_conn):
             "WHERE NOT (s.{} BETWEEN o.{} AND o.{}) OR o.{} > o.{}").format(col, lo, hi, lo, hi)) == 0, q
     assert verify(pg_conn, "people_anon", "salary", 0.3, 5)["violations"] == 0
     assert checksum(pg_conn, ident("public.people")) == before
+
+
+SA_TYPES = [
+    # (SQL type, expression over i giving ~20 distinct values, hierarchy needed)
+    ("double precision", "(abs(hashint4(i)) % 20) / 7.0 + 0.1", False),
+    ("real", "((abs(hashint4(i)) % 20) / 3.0)::real", False),
+    ("date", "date '2001-02-03' + (abs(hashint4(i)) % 20) * 37", False),
+    ("smallint", "(abs(hashint4(i)) % 20 - 10)::smallint", False),
+    ("bigint", "4611686018427387904 + (abs(hashint4(i)) % 20)", False),
+    ("numeric(9,3)", "((abs(hashint4(i)) % 20) / 7.0)::numeric(9,3)", False),
+    ("timestamp without time zone", "timestamp '2020-01-01' + (abs(hashint4(i)) % 20) * interval '1.5 hours'", False),
+    ("character varying(12)", "'d' || (abs(hashint4(i)) % 20)", True),
+    ("character(4)", "'c' || (abs(hashint4(i)) % 20)", True),
+    ("boolean", "abs(hashint4(i)) % 3 = 0", True),
+    ("mood", "(ARRAY['low','mid','high']::mood[])[1 + abs(hashint4(i)) % 3]", True),
+]
+
+
+@pytest.mark.parametrize("sqltype,expr,categorical", SA_TYPES, ids=[t[0] for t in SA_TYPES])
+def test_sensitive_published_unchanged_for_every_type(pg_conn, sqltype, expr, categorical):
+    """The SA of every row comes out as exactly the source value, in the source type, whether
+    the output is expanded from the classes (exact types) or joined with the source (others);
+    a text key exercises the non-integer key path."""
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('low', 'mid', 'high')")
+    pg_conn.execute(sql.SQL(
+        "CREATE TABLE typed AS SELECT 'k-' || i AS id, 18 + abs(hashint4(i + 1)) % 60 AS age, "
+        "CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END AS sex, ({})::{} AS sa "
+        "FROM generate_series(1, 2500) AS i").format(sql.SQL(expr), sql.SQL(sqltype)))
+    pg_conn.execute("ALTER TABLE typed ADD PRIMARY KEY (id)")
+    before = checksum(pg_conn, ident("public.typed"))
+    opts = {}
+    if categorical:
+        vals = [r[0] for r in pg_conn.execute("SELECT DISTINCT sa::text FROM typed ORDER BY 1")]
+        pg_conn.execute("SELECT sabre_define_hierarchy('sa_h', %s)", ("\n".join(v + ";*" for v in vals),))
+        opts["hierarchies"] = {"sa": "sa_h"}
+    t = 0.5 if categorical else 0.3
+    res = anonymize(pg_conn, "public.typed", ["age", "sex"], "sa", t, 4, "ak", "typed_out", opts)
+    assert res["rows"] == 2500 and res["min_class_size"] >= 4
+    assert dict(columns(pg_conn, ident("public.typed_out")))["sa"] == sqltype
+    kt = run_row(pg_conn, res["run_id"])["keys_table"]
+    assert scalar(pg_conn, sql.SQL(
+        "SELECT count(*) FROM (SELECT ec_id, sa, count(*) AS n FROM typed_out GROUP BY 1, 2) o "
+        "FULL JOIN (SELECT k.ec_id, s.sa, count(*) AS n FROM {} k JOIN typed s ON s.id = k.key "
+        "GROUP BY 1, 2) x ON x.ec_id = o.ec_id AND x.sa = o.sa WHERE x.n IS DISTINCT FROM o.n").format(
+            sql.SQL(kt))) == 0
+    assert verify(pg_conn, "typed_out", "sa", t, 4, "sa_h" if categorical else None)["violations"] == 0
+    assert checksum(pg_conn, ident("public.typed")) == before
 
 
 def test_bigint_qi_beyond_float_precision(pg_conn):

@@ -65,3 +65,30 @@ def test_upgrade_from_an_older_run_catalog_keeps_runs_working(pg_conn):
     assert row[0] == 200
     rel = pg_conn.execute("SELECT relations FROM sabre.runs").fetchone()[0]
     assert rel == ["public.tiny_sabre", "public.tiny_sabre_classes", "public.tiny_sabre_keys"]
+
+
+def test_side_table_ignores_default_privileges(pg_conn, analyst):
+    """Default privileges that open a schema's new tables to readers reach the output and its
+    classes, but not the side table (it maps source keys to SA buckets)."""
+    reader = ROLE + "_reader"
+    pg_conn.execute(f"DROP ROLE IF EXISTS {reader}")
+    pg_conn.execute(f"CREATE ROLE {reader}")
+    try:
+        datasets.generate_census(pg_conn, "census", rows=3000, seed=4)
+        pg_conn.execute(f"GRANT SELECT ON public.census TO {ROLE}")
+        analyst.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA work GRANT SELECT ON TABLES TO {reader}, PUBLIC")
+        analyst.execute("SELECT * FROM sabre_anonymize('public.census'::regclass, ARRAY['age','sex'], "
+                        "'salary', 0.3, 5, output => 'work.c_anon')")
+        grants = dict(pg_conn.execute(
+            "SELECT c.relname, array_agg(DISTINCT coalesce(r.rolname, 'PUBLIC')::text ORDER BY coalesce(r.rolname, 'PUBLIC')::text) "
+            "FILTER (WHERE a.grantee <> c.relowner) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN aclexplode(c.relacl) a ON true "
+            "LEFT JOIN pg_roles r ON r.oid = a.grantee WHERE n.nspname = 'work' AND c.relkind = 'r' "
+            "GROUP BY 1").fetchall())
+        assert grants["c_anon"] == ["PUBLIC", reader]
+        assert grants["c_anon_classes"] == ["PUBLIC", reader]
+        assert grants["c_anon_keys"] is None
+    finally:
+        analyst.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA work REVOKE SELECT ON TABLES FROM {reader}, PUBLIC")
+        pg_conn.execute(f"DROP OWNED BY {reader}")
+        pg_conn.execute(f"DROP ROLE {reader}")
