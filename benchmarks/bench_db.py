@@ -184,8 +184,12 @@ def main(argv=None) -> int:
     with psycopg.connect(dsn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+        gucs = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
+                                 "('wal_level', 'fsync', 'shared_buffers', 'work_mem')").fetchall())
     print(f"sabre-pg database benchmark: PostgreSQL {version} at {where}; SABRE-AK, t = {T}, k = {K}, "
           f"QIs {', '.join(QIS)}; {os.cpu_count()} CPUs")
+    print("server: " + ", ".join(f"{k} {gucs.get(k)}" for k in ("wal_level", "fsync", "shared_buffers", "work_mem"))
+          + " (wall times include the client round trip and the commit)")
     results = []
     for rows in sizes:
         table, hier, note = ensure_table(dsn, rows, a.schema, a.regenerate)

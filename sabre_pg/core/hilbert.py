@@ -59,7 +59,7 @@ def hilbert_index(coords: np.ndarray, bits: int) -> np.ndarray:
         raise ValueError("%d dims x %d bits exceeds a 63-bit key" % (d, bits))
     if d == 1:
         return C[:, 0].astype(np.int64)
-    dt = np.uint32 if bits <= 31 else np.uint64
+    dt = np.uint16 if bits <= 16 else np.uint32 if bits <= 31 else np.uint64
     X = [np.ascontiguousarray(C[:, i], dtype=dt) for i in range(d)]
     one = dt(1)
     t = np.empty(n, dtype=dt)

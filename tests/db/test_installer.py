@@ -231,3 +231,15 @@ def test_cli_database_error_has_sqlstate(pg_dsn, capsys):
     err = capsys.readouterr().err
     assert rc == 1
     assert "no_such_database_here" in err and "Traceback" not in err
+
+
+def test_embedded_cluster_settings(pg_conn):
+    """The tests run on the project's own embedded cluster (through its cluster manager): it
+    listens on 127.0.0.1 only and uses the minimal WAL level with no WAL senders."""
+    from sabre_pg.cluster import SERVER_SETTINGS
+    assert SERVER_SETTINGS["wal_level"] == "minimal"
+    got = dict(pg_conn.execute(
+        "SELECT name, setting FROM pg_settings WHERE name IN "
+        "('wal_level', 'max_wal_senders', 'listen_addresses', 'shared_buffers')").fetchall())
+    assert got["wal_level"] == "minimal" and got["max_wal_senders"] == "0"
+    assert got["listen_addresses"] == "127.0.0.1"
