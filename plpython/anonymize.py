@@ -40,7 +40,8 @@ class Attr:
         self.name, self.col, self.kind, self.hname = name, col, kind, hierarchy_name
         self.hierarchy: Hierarchy | None = None
         self.seed = 0                       # of hashtextextended for categorical values
-        self.leaf_hashes = None             # hash of each hierarchy leaf (pre-order)
+        self.leaf_hashes = None             # 32-bit hash of each hierarchy leaf (pre-order)
+        self.check_hashes = None            # 64-bit check hash of each leaf
 
     @property
     def numerical(self):
@@ -284,7 +285,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
             a.hierarchy = Hierarchy.flat(vals, root="*" if "*" not in vals else "(any)", name=a.name) \
                 if vals else None
         if a.hierarchy is not None:
-            a.seed, a.leaf_hashes = _leaf_hashes(plpy, a.hierarchy.leaves)
+            a.seed, a.leaf_hashes, a.check_hashes = _leaf_hashes(plpy, a.hierarchy.leaves)
     T1 = time.perf_counter()
     phases["validate"] = T1 - T0
 
@@ -390,56 +391,78 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     return [(run_id, out_oid, n, C_n, summ["min_class_size"], summ["max_emd"], summ["ail"], seconds)]
 
 
+# A categorical value travels as a 32-bit hash of its text (two per bigint element) and is
+# mapped to the hierarchy leaf with that hash; the seed is chosen so that the leaves' 32-bit
+# hashes are distinct.  Exactness does not rest on 32 bits: the scan also sums a second,
+# independent 64-bit hash (seed CHECK_SEED) of every value, and the sum over the mapped leaves
+# must equal it -- a value that is no leaf but shares a leaf's 32-bit hash changes that sum
+# (unless two independent hashes collide at once, probability about 2^-64).
+CHECK_SEED = 0x5AB7E
+HASH32 = "(hashtextextended(%s::text, %s) & 4294967295)"
+
+
 def _leaf_hashes(plpy, leaves):
-    """64-bit hashes (``hashtextextended``) of a hierarchy's leaves, with a seed under which
-    they are all distinct: a categorical value is then read as its hash and mapped to its
-    leaf exactly when it is a leaf (a non-leaf value matching a leaf's hash has probability
-    below 2^-50 even for a million distinct values)."""
-    plan = plpy.prepare("SELECT %s AS h FROM (SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
-                        "ORDER BY i) AS u" % T.binary_agg("hashtextextended(u.v, $2)", "int8"),
-                        ["text[]", "int8"])
-    for seed in range(16):
-        h = T.decode_array(plpy.execute(plan, [leaves, seed])[0]["h"], "int8", len(leaves))
+    """(seed, 32-bit hashes, 64-bit check hashes) of a hierarchy's leaves, in leaf order,
+    with a seed under which the 32-bit hashes are distinct."""
+    plan = plpy.prepare(
+        "SELECT %s AS h, %s AS c FROM (SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
+        "ORDER BY i) AS u" % (T.binary_agg(HASH32 % ("u.v", "$2"), "int8"),
+                              T.binary_agg("hashtextextended(u.v, %d)" % CHECK_SEED, "int8")),
+        ["text[]", "int8"])
+    for seed in range(64):
+        r = plpy.execute(plan, [leaves, seed])[0]
+        h = T.decode_array(r["h"], "int8", len(leaves))
         if len(np.unique(h)) == len(h):
-            return seed, h
-    C.fail(plpy, "XX000", "cannot find distinct hashes for the %d hierarchy leaves" % len(leaves))
+            return seed, h, T.decode_array(r["c"], "int8", len(leaves))
+    C.fail(plpy, "XX000", "cannot find distinct 32-bit hashes for the %d leaves of a hierarchy"
+           % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
 
 
 def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
     """Read the key and every attribute in one scan, with the counts that validate them.
 
-    Numerical columns arrive as int8 (integer types) or float8, categorical ones as the
-    64-bit hash of their text, mapped here to pre-order leaf positions.  Returns
-    (rows, keys, per-attribute arrays); keys is an int64 array for integer keys, else a
-    list of the keys' text.
+    Numerical columns arrive as int8 (bigint), float8 (non-integers) or two per element
+    (int2/int4); categorical ones as 32-bit hashes of their text, two per element, mapped
+    here to pre-order leaf positions (see CHECK_SEED).  NULL counts are read only for
+    columns that may hold NULLs.  Returns (rows, keys, per-attribute arrays); keys is an
+    int64 array for integer keys, else a list of the keys' text.
     """
     qk = C.qi(plpy, key)
     int_key = key_col["typname"] in INTEGER_TYPES
-    sel = ["count(*) AS n", "count(s.%s) AS nk" % qk,
+    sel = ["count(*) AS n",
            (T.binary_agg("s.%s" % qk, "int8") if int_key else "array_agg(s.%s::text)" % qk) + " AS key"]
-    types = []
+    if not key_col["notnull"]:
+        sel.append("count(s.%s) AS nk" % qk)
+    types, half = [None] * len(attrs), []          # half: 32-bit items, read two per element
     for i, a in enumerate(attrs):
         c = "s." + C.qi(plpy, a.name)
-        sel.append("count(%s) AS c%d" % (c, i))
-        if a.numerical:
+        if not a.col["notnull"]:
+            sel.append("count(%s) AS c%d" % (c, i))
+        if not a.numerical:
+            half.append((i, HASH32 % (c, a.seed)))
+            sel.append("sum(hashtextextended(%s::text, %d)) AS k%d" % (c, CHECK_SEED, i))
+        elif a.col["typname"] in ("int2", "int4"):
+            half.append((i, c))
+        else:
             test = _nonfinite_test(plpy, a)
             if test:
                 sel.append("count(*) FILTER (WHERE %s) AS f%d" % (test, i))
             if a.col["typname"] in INTEGER_TYPES:
                 sel.append("%s AS a%d" % (T.binary_agg(c, "int8"), i))
-                types.append("int8")
+                types[i] = "int8"
             else:
                 sel.append("%s AS a%d" % (T.binary_agg(C.numeric_expr(plpy, a.name, a.col, "s."), "float8"), i))
-                types.append("float8")
-        else:
-            sel.append("%s AS a%d" % (T.binary_agg("hashtextextended(%s::text, %d)" % (c, a.seed), "int8"), i))
-            types.append("int8")
+                types[i] = "float8"
+    pairs = [(half[j], half[j + 1] if j + 1 < len(half) else None) for j in range(0, len(half), 2)]
+    for (i, e1), second in pairs:
+        sel.append("%s AS p%d" % (T.binary_agg(T.int32_pair_sql(e1, second[1]) if second else e1, "int8"), i))
     row = plpy.execute("SELECT %s FROM %s AS s%s" % (", ".join(sel), S, where))[0]
     n = row["n"]
     if n == 0:
         C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
             S, " without NULLs" if where else ""), "There is nothing to anonymize.")
-    nulls_by = [(a.name, n - row["c%d" % i]) for i, a in enumerate(attrs) if row["c%d" % i] < n]
+    nulls_by = [(a.name, n - row["c%d" % i]) for i, a in enumerate(attrs)
+                if not a.col["notnull"] and row["c%d" % i] < n]
     if nulls_by:       # (only with nulls = 'error': 'drop' filtered them)
         C.fail(plpy, C.NULL_NOT_ALLOWED, "NULL values in %s" % ", ".join('"%s" (%d rows)' % nc for nc in nulls_by),
                "Fill or filter them (e.g. in a view), or pass options => '{\"nulls\": \"drop\"}' to "
@@ -450,32 +473,49 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
             '"%s" (%d rows)' % b for b in bad),
             "A numerical attribute needs finite values to be generalized to a range: filter or "
             "replace them in a view.")
-    if row["nk"] < n:
+    if not key_col["notnull"] and row["nk"] < n:
         C.fail(plpy, C.NULL_NOT_ALLOWED, 'key column "%s" has %d NULLs' % (key, n - row["nk"]),
                "The key must identify each row: use a primary key or a unique NOT NULL column.")
     keys = T.decode_array(row["key"], "int8", n) if int_key else list(row["key"])
+    row["key"] = None
     if not key_unique:
         distinct = len(np.unique(keys)) if int_key else len(set(keys))
         if distinct < n:
             C.fail(plpy, C.INVALID_PARAMETER, 'options.key column "%s" is not unique (%d duplicates)'
                    % (key, n - distinct),
                    "The key must identify each row; use a primary key or a unique column.")
-    data = []
+    data = [None] * len(attrs)
+    for (i, _), second in pairs:
+        w = T.decode_array(row["p%d" % i], "int8", n)
+        row["p%d" % i] = None
+        if second:
+            data[i], data[second[0]] = T.split_int32_pair(w)
+        else:
+            data[i] = w
     for i, a in enumerate(attrs):
-        v = T.decode_array(row["a%d" % i], types[i], n)
-        row["a%d" % i] = None
-        if not a.numerical:
-            v, missing = T.hash_positions(v, a.leaf_hashes)
-            if missing:
+        if types[i] is not None:
+            data[i] = T.decode_array(row["a%d" % i], types[i], n)
+            row["a%d" % i] = None
+        elif not a.numerical:
+            pos, missing = T.hash_positions(data[i] & 0xFFFFFFFF, a.leaf_hashes)
+            if missing or not _checksum_matches(row["k%d" % i], pos, a):
                 _missing_values(plpy, a, S, where)
-        data.append(v)
+                C.fail(plpy, "XX000", 'inconsistent read of column "%s"' % a.name)
+            data[i] = pos
     return n, keys, data
+
+
+def _checksum_matches(expected, positions, a) -> bool:
+    """Whether sum(64-bit check hash) over the rows equals the sum over their mapped leaves."""
+    counts = np.bincount(positions, minlength=len(a.check_hashes))
+    got = sum(int(c) * int(h) for c, h in zip(counts.tolist(), a.check_hashes.tolist()) if c)
+    return int(expected) == got
 
 
 def _write_keys(plpy, table, index, key_col, keys, res):
     """The side table, in index order (bucket, hilbert_key): one unnest of three arrays
     (source key, Hilbert key, EC id and bucket bit-packed), then its btree."""
-    order = np.lexsort((res.keys, res.bucket_of_tuple))
+    order = res.by_bucket_and_key()
     pack = T.BitPack([("ec", res.ec[order]), ("bucket", res.bucket_of_tuple[order])])
     words = ["u.w%d" % j for j in range(len(pack.words))]
     if isinstance(keys, np.ndarray):
@@ -507,7 +547,7 @@ def _owner_only(plpy, table):
 
 
 def _write_classes(plpy, table, qis, data, res, S, keys_table, key):
-    """<output>_classes: one row per EC, in ec_id order.  Sizes, integer range ends (as
+    """<output>_classes: one row per EC.  Sizes, integer range ends (as
     offsets from the column minimum) and hierarchy node ids travel bit-packed; float range
     ends and EMDs as float8; labels come from a join with each hierarchy's node labels;
     numeric (arbitrary precision) ranges are exact aggregates over the source."""
@@ -573,7 +613,7 @@ def _write_classes(plpy, table, qis, data, res, S, keys_table, key):
     # the planner cannot estimate joins on unpacked bit fields and would pick nested loops
     # over the label lists (quadratic); hash joins are right for these small lists
     with C.settings(plpy, enable_nestloop="off"):
-        plpy.execute(plpy.prepare(q + " ORDER BY u.ec_id", types), params)
+        plpy.execute(plpy.prepare(q, types), params)
     return gen_cols
 
 

@@ -34,6 +34,18 @@ def binary_agg(expr: str, sqltype: str) -> str:
     return "array_send(array_agg((%s)::%s))" % (expr, sqltype)
 
 
+def int32_pair_sql(hi: str, lo: str) -> str:
+    """One bigint holding two int4 (or int2) SQL expressions: fewer elements to aggregate."""
+    return "((%s)::int8 << 32) | ((%s)::int8 & 4294967295)" % (hi, lo)
+
+
+def split_int32_pair(words: np.ndarray):
+    """The two signed 32-bit values of :func:`int32_pair_sql` words, as int64 arrays."""
+    words = np.asarray(words, dtype=np.int64)
+    lo = (words & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
+    return words >> 32, lo
+
+
 def decode_array(buf, sqltype: str, n: int) -> np.ndarray:
     """Decode the ``array_send`` output of a one-dimensional array of ``n`` non-NULL
     ``sqltype`` elements into a native numpy array (int64 or float64)."""

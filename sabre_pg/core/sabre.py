@@ -59,6 +59,13 @@ class SabreResult:
     bucket_of_tuple: np.ndarray
     phases: dict = field(default_factory=dict)
     index: ECIndex | None = None         # tuples grouped by EC (order, starts)
+    bucket_key_order: np.ndarray | None = None   # tuples sorted by (bucket, key), if known
+
+    def by_bucket_and_key(self) -> np.ndarray:
+        """Tuples sorted by (SA bucket, Hilbert key): the order of the side table's index."""
+        if self.bucket_key_order is None:
+            self.bucket_key_order = np.lexsort((self.keys, self.bucket_of_tuple))
+        return self.bucket_key_order
 
     @property
     def n_classes(self) -> int:
@@ -160,11 +167,12 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     toc = time.perf_counter(); ph["redistribute"] = toc - tic; tic = toc
 
     keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
+    bucket_key_order = None
     toc = time.perf_counter(); ph["hilbert"] = toc - tic; tic = toc
     if method == "knn":
         ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
     elif takeout == "sweep":
-        ec = takeout_sweep(bucket, keys, plan.templates)
+        ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
     else:
         ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
     toc = time.perf_counter(); ph["takeout"] = toc - tic; tic = toc
@@ -187,4 +195,4 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
         else np.zeros(plan.n_classes)
     toc = time.perf_counter(); ph["metrics"] = toc - tic
     ph["total"] = sum(ph.values())
-    return SabreResult(ec, idx.sizes, emds, bz, plan, gen, il, keys, bucket, ph, idx)
+    return SabreResult(ec, idx.sizes, emds, bz, plan, gen, il, keys, bucket, ph, idx, bucket_key_order)

@@ -37,8 +37,12 @@ def _check(bucket: np.ndarray, templates: np.ndarray):
                          % (have.tolist(), need.tolist()))
 
 
-def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -> np.ndarray:
+def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
+                  return_order: bool = False):
     """Seeds in Hilbert order; each EC takes the closest pending tuples of every bucket.
+
+    With ``return_order`` it returns (ec, order), ``order`` listing the tuples sorted by
+    (bucket, key) as ``np.lexsort((keys, bucket))`` does -- a by-product of the sweep.
 
     Computed per EC instead of per tuple.  Before EC c is formed, bucket b has given away
     P[c, b] = sum of the earlier templates' a_b tuples, so its stack covers a_b(c) once the
@@ -55,7 +59,7 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
     n = len(bucket)
     ec = np.empty(n, dtype=np.int64)
     if C == 0:
-        return ec
+        return (ec, np.empty(0, dtype=np.int64)) if return_order else ec
     o = np.argsort(keys, kind="stable")
     bo = bucket[o]
     taken = np.cumsum(templates, axis=0) - templates          # P[c, b]
@@ -89,6 +93,8 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray) -
             got.extend(stack[-a:])
             del stack[-a:]
         ec[np.asarray(got, dtype=np.int64)] = np.repeat(cs, templates[cs, b])
+    if return_order:
+        return ec, np.concatenate([o[pos] for pos in members])
     return ec
 
 

@@ -241,3 +241,15 @@ def test_sweep_matches_the_per_tuple_scan(case):
     keys = rng.integers(0, 40 if case % 2 else 10**6, n)      # with and without ties
     np.testing.assert_array_equal(takeout_sweep(bucket, keys, templates),
                                   _sweep_per_tuple(bucket, keys, templates))
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_sweep_order_is_bucket_then_key(case):
+    rng = np.random.default_rng(900 + case)
+    n = int(rng.integers(2, 300))
+    B = int(rng.integers(1, 5))
+    bucket, templates = random_case(rng, n, B, int(rng.integers(1, max(2, n // 3))))
+    keys = rng.integers(0, 30 if case % 2 else 10**9, n)
+    ec, order = takeout_sweep(bucket, keys, templates, return_order=True)
+    np.testing.assert_array_equal(ec, takeout_sweep(bucket, keys, templates))
+    np.testing.assert_array_equal(order, np.lexsort((keys, bucket)))

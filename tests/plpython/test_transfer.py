@@ -112,3 +112,14 @@ def test_hash_positions_exact(L):
 def test_hash_positions_needs_distinct_leaves():
     with pytest.raises(ValueError, match="distinct"):
         T.hash_positions(np.array([1]), np.array([5, 5]))
+
+
+def test_int32_pairs():
+    hi = np.array([0, -1, 2**31 - 1, -(2**31), 7])
+    lo = np.array([-(2**31), 2**31 - 1, -1, 0, -7])
+    # what PostgreSQL computes for int32_pair_sql: (hi::int8 << 32) | (lo::int8 & 4294967295)
+    words = (hi << 32) | (lo & 0xFFFFFFFF)
+    a, b = T.split_int32_pair(words)
+    np.testing.assert_array_equal(a, hi)
+    np.testing.assert_array_equal(b, lo)
+    assert T.int32_pair_sql("s.a", "s.b") == "((s.a)::int8 << 32) | ((s.b)::int8 & 4294967295)"
