@@ -391,29 +391,28 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     return [(run_id, out_oid, n, C_n, summ["min_class_size"], summ["max_emd"], summ["ail"], seconds)]
 
 
-# A categorical value travels as a 32-bit hash of its text (two per bigint element) and is
-# mapped to the hierarchy leaf with that hash; the seed is chosen so that the leaves' 32-bit
-# hashes are distinct.  Exactness does not rest on 32 bits: the scan also sums a second,
-# independent 64-bit hash (seed CHECK_SEED) of every value, and the sum over the mapped leaves
-# must equal it -- a value that is no leaf but shares a leaf's 32-bit hash changes that sum
-# (unless two independent hashes collide at once, probability about 2^-64).
-CHECK_SEED = 0x5AB7E
-HASH32 = "(hashtextextended(%s::text, %s) & 4294967295)"
+# A categorical value travels as the low 32 bits of a 64-bit hash of its text (two values
+# per bigint element) and is mapped to the hierarchy leaf with those bits; the seed is chosen
+# so that the leaves' low 32 bits are distinct.  Exactness does not rest on 32 bits: the
+# scan also sums the full 64-bit hashes, and the sum over the mapped leaves must equal it --
+# a value that is no leaf but shares a leaf's low 32 bits changes the sum unless its high
+# 32 bits also match (probability 2^-32 on top of the 2^-32 collision).
+HASH = "hashtextextended({v}::text, {seed})"
+LOW32 = 4294967295
+NONFINITE = "IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)"
 
 
 def _leaf_hashes(plpy, leaves):
-    """(seed, 32-bit hashes, 64-bit check hashes) of a hierarchy's leaves, in leaf order,
-    with a seed under which the 32-bit hashes are distinct."""
+    """(seed, low 32 bits, full 64-bit hashes) of a hierarchy's leaves, in leaf order, with a
+    seed under which the low 32 bits are distinct."""
     plan = plpy.prepare(
-        "SELECT %s AS h, %s AS c FROM (SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
-        "ORDER BY i) AS u" % (T.binary_agg(HASH32 % ("u.v", "$2"), "int8"),
-                              T.binary_agg("hashtextextended(u.v, %d)" % CHECK_SEED, "int8")),
-        ["text[]", "int8"])
+        "SELECT %s AS h FROM (SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
+        "ORDER BY i) AS u" % T.binary_agg(HASH.format(v="u.v", seed="$2"), "int8"), ["text[]", "int8"])
     for seed in range(64):
-        r = plpy.execute(plan, [leaves, seed])[0]
-        h = T.decode_array(r["h"], "int8", len(leaves))
-        if len(np.unique(h)) == len(h):
-            return seed, h, T.decode_array(r["c"], "int8", len(leaves))
+        full = T.decode_array(plpy.execute(plan, [leaves, seed])[0]["h"], "int8", len(leaves))
+        low = full & LOW32
+        if len(np.unique(low)) == len(low):
+            return seed, low, full
     C.fail(plpy, "XX000", "cannot find distinct 32-bit hashes for the %d leaves of a hierarchy"
            % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
 
@@ -421,42 +420,47 @@ def _leaf_hashes(plpy, leaves):
 def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
     """Read the key and every attribute in one scan, with the counts that validate them.
 
-    Numerical columns arrive as int8 (bigint), float8 (non-integers) or two per element
-    (int2/int4); categorical ones as 32-bit hashes of their text, two per element, mapped
-    here to pre-order leaf positions (see CHECK_SEED).  NULL counts are read only for
+    An inner query computes each value once (categorical hashes, numbers as float8 where
+    needed); the aggregate reads numerical columns as int8 (bigint), float8 or two per
+    element (int2/int4), categorical ones as the low 32 bits of their hash, two per element,
+    mapped here to pre-order leaf positions (see HASH).  NULL counts are read only for
     columns that may hold NULLs.  Returns (rows, keys, per-attribute arrays); keys is an
     int64 array for integer keys, else a list of the keys' text.
     """
-    qk = C.qi(plpy, key)
     int_key = key_col["typname"] in INTEGER_TYPES
+    inner = ["s.%s AS k" % C.qi(plpy, key)]
     sel = ["count(*) AS n",
-           (T.binary_agg("s.%s" % qk, "int8") if int_key else "array_agg(s.%s::text)" % qk) + " AS key"]
+           (T.binary_agg("s.k", "int8") if int_key else "array_agg(s.k::text)") + " AS key"]
     if not key_col["notnull"]:
-        sel.append("count(s.%s) AS nk" % qk)
+        sel.append("count(s.k) AS nk")
     types, half = [None] * len(attrs), []          # half: 32-bit items, read two per element
     for i, a in enumerate(attrs):
         c = "s." + C.qi(plpy, a.name)
+        v = "s.a%d" % i
         if not a.col["notnull"]:
-            sel.append("count(%s) AS c%d" % (c, i))
+            sel.append("count(%s) AS c%d" % (v, i))
         if not a.numerical:
-            half.append((i, HASH32 % (c, a.seed)))
-            sel.append("sum(hashtextextended(%s::text, %d)) AS k%d" % (c, CHECK_SEED, i))
+            inner.append("%s AS a%d" % (HASH.format(v=c, seed=a.seed), i))
+            half.append((i, "(%s & %d)" % (v, LOW32)))
+            sel.append("sum(%s) AS k%d" % (v, i))
         elif a.col["typname"] in ("int2", "int4"):
-            half.append((i, c))
+            inner.append("%s AS a%d" % (c, i))
+            half.append((i, v))
+        elif a.col["typname"] == "int8":
+            inner.append("%s AS a%d" % (c, i))
+            sel.append("%s AS a%d" % (T.binary_agg(v, "int8"), i))
+            types[i] = "int8"
         else:
-            test = _nonfinite_test(plpy, a)
-            if test:
-                sel.append("count(*) FILTER (WHERE %s) AS f%d" % (test, i))
-            if a.col["typname"] in INTEGER_TYPES:
-                sel.append("%s AS a%d" % (T.binary_agg(c, "int8"), i))
-                types[i] = "int8"
-            else:
-                sel.append("%s AS a%d" % (T.binary_agg(C.numeric_expr(plpy, a.name, a.col, "s."), "float8"), i))
-                types[i] = "float8"
+            inner.append("%s AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i))
+            sel.append("count(*) FILTER (WHERE %s %s) AS f%d" % (v, NONFINITE, i))
+            sel.append("%s AS a%d" % (T.binary_agg(v, "float8"), i))
+            types[i] = "float8"
     pairs = [(half[j], half[j + 1] if j + 1 < len(half) else None) for j in range(0, len(half), 2)]
     for (i, e1), second in pairs:
         sel.append("%s AS p%d" % (T.binary_agg(T.int32_pair_sql(e1, second[1]) if second else e1, "int8"), i))
-    row = plpy.execute("SELECT %s FROM %s AS s%s" % (", ".join(sel), S, where))[0]
+    # OFFSET 0 keeps the inner query a subquery, so each hash is computed once per row
+    row = plpy.execute("SELECT %s FROM (SELECT %s FROM %s AS s%s OFFSET 0) AS s" % (
+        ", ".join(sel), ", ".join(inner), S, where))[0]
     n = row["n"]
     if n == 0:
         C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
@@ -497,7 +501,7 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
             data[i] = T.decode_array(row["a%d" % i], types[i], n)
             row["a%d" % i] = None
         elif not a.numerical:
-            pos, missing = T.hash_positions(data[i] & 0xFFFFFFFF, a.leaf_hashes)
+            pos, missing = T.hash_positions(data[i] & LOW32, a.leaf_hashes)
             if missing or not _checksum_matches(row["k%d" % i], pos, a):
                 _missing_values(plpy, a, S, where)
                 C.fail(plpy, "XX000", 'inconsistent read of column "%s"' % a.name)
@@ -658,16 +662,6 @@ def _create_output_from_classes(plpy, table, classes, xsel, gsel, value, qsa, jo
         "unnest(($1::int8[])[($2::int8[])[c.ec_id + 1] + 1 : ($2::int8[])[c.ec_id + 1] + c.size]) AS code "
         "FROM %s AS c) AS x%s" % (table, xsel, value, qsa, gsel, classes, join),
         ["int8[]", "int8[]"] + vtypes), [sorted_codes.tolist(), starts.tolist(), vals])
-
-
-def _nonfinite_test(plpy, a):
-    """SQL condition true for NaN / infinite values of a numerical column (None if impossible)."""
-    c = C.qi(plpy, a.name)
-    if a.col["typname"] in ("float4", "float8", "numeric"):
-        return "%s::float8 IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)" % c
-    if a.col["typname"] in ("date", "timestamp", "timestamptz"):
-        return "NOT isfinite(%s)" % c
-    return None
 
 
 INTEGER_TYPES = ("int2", "int4", "int8")

@@ -102,8 +102,9 @@ def kind_of(col: dict) -> str | None:
 def numeric_expr(plpy, name: str, col: dict, prefix: str = "") -> str:
     """SQL expression giving a numerical column as float8 (dates as days, times as seconds)."""
     c = prefix + qi(plpy, name)
-    if col["typname"] == "date":
-        return "(%s - date '1970-01-01')::float8" % c
+    if col["typname"] == "date":      # (date - date refuses infinite dates)
+        return ("(CASE WHEN isfinite(%s) THEN (%s - date '1970-01-01')::float8 WHEN %s > date '1970-01-01' "
+                "THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END)" % (c, c, c))
     if col["category"] in ("D", "T"):
         return "extract(epoch FROM %s)::float8" % c
     return "%s::float8" % c

@@ -204,10 +204,10 @@ def test_sa_value_missing_from_hierarchy(db):
 
 
 def test_value_sharing_a_leafs_32_bit_hash_is_caught(db):
-    """Categorical values travel as 32-bit hashes; a value that is no leaf but shares a leaf's
-    hash must still be reported.  The backend's hash is swapped for a weak one (text length)
-    under which 'Xx' collides with the leaf 'ab': only the independent 64-bit check sum can
-    tell them apart."""
+    """Categorical values travel as the low 32 bits of a hash; a value that is no leaf but shares
+    a leaf's low bits must still be reported.  The backend's hash is swapped for a weak one
+    (length in the low bits, first character above) under which 'Xx' matches the leaf 'ab' in
+    the low 32 bits: only the sum of the full hashes can tell them apart."""
     db.execute("CREATE TABLE weak AS SELECT i AS id, 20 + i % 50 AS age, "
                "(ARRAY['a', 'ab', 'abc'])[1 + i % 3] AS tag, i % 9 AS salary FROM generate_series(1, 600) i")
     db.execute("UPDATE weak SET tag = 'Xx' WHERE id = 7")
@@ -218,7 +218,7 @@ def test_value_sharing_a_leafs_32_bit_hash_is_caught(db):
     db.execute("""DO $$
 import sys
 import sabre_plpy.anonymize
-sys.modules['sabre_plpy.anonymize'].HASH32 = '(length(%s::text)::int8 + 0 * %s)'
+sys.modules['sabre_plpy.anonymize'].HASH = '(length({v}::text)::int8 + 0 * {seed} + (ascii({v}::text)::int8 << 40))'
 $$ LANGUAGE plpython3u""")
     try:
         expect_error(db, lambda c: call_anonymize(c, source="public.weak", qis=["age", "tag"], options=opts),
@@ -231,8 +231,23 @@ $$ LANGUAGE plpython3u""")
         db.execute("""DO $$
 import sys
 import sabre_plpy.anonymize
-sys.modules['sabre_plpy.anonymize'].HASH32 = '(hashtextextended(%s::text, %s) & 4294967295)'
+sys.modules['sabre_plpy.anonymize'].HASH = 'hashtextextended({v}::text, {seed})'
 $$ LANGUAGE plpython3u""")
+
+
+@pytest.mark.parametrize("expr,sqltype", [
+    ("CASE WHEN i = 5 THEN 'infinity'::date WHEN i = 9 THEN '-infinity'::date "
+     "ELSE date '2000-01-01' + i END", "date"),
+    ("CASE WHEN i = 5 THEN 'infinity'::timestamp ELSE timestamp '2000-01-01' + i * interval '1 hour' END",
+     "timestamp"),
+    ("CASE WHEN i = 5 THEN 'NaN'::numeric ELSE i / 3.0 END", "numeric"),
+], ids=["date", "timestamp", "numeric"])
+def test_infinite_or_nan_numerical_qi(db, expr, sqltype):
+    db.execute("CREATE TABLE inf AS SELECT i AS id, (%s)::%s AS d, i %% 7 AS salary "
+               "FROM generate_series(1, 300) i" % (expr, sqltype))
+    db.execute("ALTER TABLE inf ADD PRIMARY KEY (id)")
+    expect_error(db, lambda c: call_anonymize(c, source="public.inf", qis=["d"], k=2),
+                 "22023", "non-finite", '"d"', source="inf")
 
 
 def test_unsupported_column_type(db):
