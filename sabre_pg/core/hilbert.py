@@ -27,15 +27,21 @@ def bits_per_dim(d: int, cardinalities=None) -> int:
     return max(b, 1)
 
 
-def scale_axis(values: np.ndarray, bits: int, lo: float | None = None, hi: float | None = None) -> np.ndarray:
+def _word(bits: int):
+    """The narrowest unsigned dtype the transform can work in for ``bits`` bits per axis."""
+    return np.uint16 if bits <= 16 else np.uint32 if bits <= 31 else np.uint64
+
+
+def scale_axis(values: np.ndarray, bits: int, lo: float | None = None, hi: float | None = None,
+               dtype=np.uint64) -> np.ndarray:
     """Scale values linearly onto 0 .. 2**bits - 1."""
     v = np.asarray(values, dtype=np.float64)
     lo = float(v.min()) if lo is None else lo
     hi = float(v.max()) if hi is None else hi
     top = (1 << bits) - 1
     if hi <= lo:
-        return np.zeros(len(v), dtype=np.uint64)
-    return np.rint((v - lo) * (top / (hi - lo))).astype(np.uint64)
+        return np.zeros(len(v), dtype=dtype)
+    return np.rint((v - lo) * (top / (hi - lo))).astype(dtype)
 
 
 def _spread_table(bits: int, d: int) -> np.ndarray:
@@ -47,20 +53,27 @@ def _spread_table(bits: int, d: int) -> np.ndarray:
     return out
 
 
-def hilbert_index(coords: np.ndarray, bits: int) -> np.ndarray:
-    """Hilbert index of integer points ``coords`` (n, d) with ``bits`` bits per axis -> int64."""
-    C = np.asarray(coords)
-    if C.ndim != 2:
-        raise ValueError("coords must be (n, d)")
-    n, d = C.shape
+def hilbert_index(coords, bits: int) -> np.ndarray:
+    """Hilbert index of integer points with ``bits`` bits per axis -> int64.
+
+    ``coords`` is an (n, d) array or a list of d axis arrays of length n (not modified)."""
+    if isinstance(coords, (list, tuple)):
+        cols = [np.asarray(c) for c in coords]
+    else:
+        C = np.asarray(coords)
+        if C.ndim != 2:
+            raise ValueError("coords must be (n, d)")
+        cols = [C[:, i] for i in range(C.shape[1])]
+    d = len(cols)
+    n = len(cols[0]) if d else 0
     if d > MAX_DIMS:
         raise ValueError("Hilbert keys support at most %d dimensions, got %d" % (MAX_DIMS, d))
     if d * bits > MAX_KEY_BITS:
         raise ValueError("%d dims x %d bits exceeds a 63-bit key" % (d, bits))
     if d == 1:
-        return C[:, 0].astype(np.int64)
-    dt = np.uint16 if bits <= 16 else np.uint32 if bits <= 31 else np.uint64
-    X = [np.ascontiguousarray(C[:, i], dtype=dt) for i in range(d)]
+        return cols[0].astype(np.int64)
+    dt = _word(bits)
+    X = [np.array(c, dtype=dt) for c in cols]            # copies: transformed in place
     one = dt(1)
     t = np.empty(n, dtype=dt)
     m = np.empty(n, dtype=dt)
@@ -121,4 +134,6 @@ def hilbert_keys(columns, ranges=None, bits: int | None = None) -> np.ndarray:
     if bits is None:
         card = [len(np.unique(c)) if len(c) <= 100_000 else (1 << 31) for c in columns]
         bits = bits_per_dim(d, card)
-    return hilbert_index(qi_grid(columns, bits, ranges), bits)
+    axes = [scale_axis(col, bits, *((None, None) if ranges is None else ranges[j]), dtype=_word(bits))
+            for j, col in enumerate(columns)]
+    return hilbert_index(axes, bits)
