@@ -154,20 +154,27 @@ class ECPlan:
 
 def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
             record_tree: bool = False) -> ECPlan:
-    """ECSize: split the table's bucket counts with dichotomize while Theorem 4 allows it."""
+    """ECSize: split the table's bucket counts with dichotomize while Theorem 4 allows it.
+
+    Level by level.  Whether a node splits depends only on its count vector, so each level
+    keeps its distinct vectors (few: halving makes every component take one of two adjacent
+    values) and, per node, the index of its vector; a node's children index the distinct
+    children of its vector.  Dichotomize and the bucket EMDs run on distinct vectors only, and
+    no per-level sort of all nodes is needed.
+    """
     counts = np.asarray(counts, dtype=np.int64)
     if k < 1:
         raise ValueError("k must be >= 1")
     if counts.sum() < k:
         raise ValueError("the table has %d tuples, fewer than k = %d" % (counts.sum(), k))
-    nodes = counts[None, :]                       # all nodes of the current level
+    uniq = counts[None, :]                        # distinct count vectors of the current level
+    inv = np.zeros(1, dtype=np.int64)             # per node: its vector's row in uniq
     pos = np.zeros(1)                             # dyadic position of each node, for DFS order
     width = 1.0
     leaves, leaf_pos = [], []
     tree: dict = {}
     depth = 0
-    while len(nodes):
-        uniq, inv = _unique_rows(nodes)
+    while len(inv):
         c1, c2 = dichotomize(uniq)
         ok = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
         if ok.any():
@@ -179,16 +186,23 @@ def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
             key = tuple(int(v) for v in uniq[i])
             tree[key] = (tuple(int(v) for v in c1[i]), tuple(int(v) for v in c2[i])) if ok[i] else None
         split = ok[inv]
-        leaves.append(nodes[~split])
+        leaves.append(uniq[inv[~split]])
         leaf_pos.append(pos[~split])
         width /= 2.0
         parents = np.flatnonzero(split)
         if len(parents) == 0:
             break
+        oks = np.flatnonzero(ok)
+        kids, kinv = _unique_rows(np.concatenate((c1[oks], c2[oks])))
+        left = np.zeros(len(uniq), dtype=np.int64)
+        right = np.zeros(len(uniq), dtype=np.int64)
+        left[oks] = kinv[:len(oks)]
+        right[oks] = kinv[len(oks):]
         pi = inv[parents]
-        nodes = np.empty((2 * len(parents), nodes.shape[1]), dtype=np.int64)
-        nodes[0::2] = c1[pi]
-        nodes[1::2] = c2[pi]
+        inv = np.empty(2 * len(parents), dtype=np.int64)
+        inv[0::2] = left[pi]
+        inv[1::2] = right[pi]
+        uniq = kids
         pos = np.repeat(pos[parents], 2)
         pos[1::2] += width
         depth += 1
