@@ -605,8 +605,13 @@ def _write_classes(plpy, table, qis, data, res, S, keys_table, key):
             _, a, j = e
             params.append(label_params[j - 1])
             types.append("text[]")
-            join_sql.append(joins[j - 1] % (len(params), pack.sql(a.name, words)))
-            sel.append("l%d.label AS %s" % (j, C.qi(plpy, a.name)))
+            if len(label_params[j - 1]) <= SUBSCRIPT_LABELS:
+                # a short text array: subscripting (a linear walk) beats a join
+                sel.append("($%d::text[])[%s + 1] AS %s" % (len(params), pack.sql(a.name, words),
+                                                             C.qi(plpy, a.name)))
+            else:
+                join_sql.append(joins[j - 1] % (len(params), pack.sql(a.name, words)))
+                sel.append("l%d.label AS %s" % (j, C.qi(plpy, a.name)))
     q = "CREATE TABLE %s AS SELECT %s FROM (SELECT generate_series(0::bigint, %d) AS ec_id, %s) AS u %s" % (
         table, ", ".join(sel), res.n_classes - 1, ", ".join(
             "unnest($%d::%s) AS %s" % (j + 1, types[j], cols[j]) for j in range(len(cols))),
@@ -619,6 +624,9 @@ def _write_classes(plpy, table, qis, data, res, S, keys_table, key):
     with C.settings(plpy, enable_nestloop="off"):
         plpy.execute(plpy.prepare(q, types), params)
     return gen_cols
+
+
+SUBSCRIPT_LABELS = 256      # hierarchies with at most this many nodes label by array subscript
 
 
 def _exact_from_codes(sa):
