@@ -394,8 +394,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
 # A categorical value travels as the low 32 bits of a 64-bit hash of its text (two values
 # per bigint element) and is mapped to the hierarchy leaf with those bits; the seed is chosen
 # so that the leaves' low 32 bits are distinct.  Exactness does not rest on 32 bits: the
-# scan also sums the full 64-bit hashes, and the sum over the mapped leaves must equal it --
-# a value that is no leaf but shares a leaf's low 32 bits changes the sum unless its high
+# scan also sums the hashes' high 32 bits, and the sum over the mapped leaves must equal it
+# -- a value that is no leaf but shares a leaf's low 32 bits changes the sum unless its high
 # 32 bits also match (probability 2^-32 on top of the 2^-32 collision).
 HASH = "hashtextextended({v}::text, {seed})"
 LOW32 = 4294967295
@@ -442,7 +442,7 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
         if not a.numerical:
             inner.append("%s AS a%d" % (HASH.format(v=c, seed=a.seed), i))
             half.append((i, "(%s & %d)" % (v, LOW32)))
-            sel.append("sum(%s) AS k%d" % (v, i))
+            sel.append("sum((%s >> 32)::int4) AS k%d" % (v, i))
         elif a.col["typname"] in ("int2", "int4"):
             inner.append("%s AS a%d" % (c, i))
             half.append((i, v))
@@ -510,9 +510,11 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
 
 
 def _checksum_matches(expected, positions, a) -> bool:
-    """Whether sum(64-bit check hash) over the rows equals the sum over their mapped leaves."""
+    """Whether the sum of the hashes' high 32 bits over the rows equals the sum over their
+    mapped leaves."""
     counts = np.bincount(positions, minlength=len(a.check_hashes))
-    got = sum(int(c) * int(h) for c, h in zip(counts.tolist(), a.check_hashes.tolist()) if c)
+    high = (a.check_hashes >> 32).tolist()
+    got = sum(int(c) * h for c, h in zip(counts.tolist(), high) if c)
     return int(expected) == got
 
 
