@@ -519,25 +519,37 @@ def _checksum_matches(expected, positions, a) -> bool:
 
 
 def _write_keys(plpy, table, index, key_col, keys, res):
-    """The side table, in index order (bucket, hilbert_key): one unnest of three arrays
-    (source key, Hilbert key, EC id and bucket bit-packed), then its btree."""
+    """The side table, in index order (bucket, hilbert_key): one unnest of the Hilbert keys
+    and bit-packed words holding the EC id, the bucket and (integer keys whose range fits)
+    the source key as an offset from its minimum; other keys travel as text.  Then its btree."""
     order = res.by_bucket_and_key()
-    pack = T.BitPack([("ec", res.ec[order]), ("bucket", res.bucket_of_tuple[order])])
+    fields = [("ec", res.ec[order]), ("bucket", res.bucket_of_tuple[order])]
+    int_key = isinstance(keys, np.ndarray)
+    kmin = int(keys.min()) if int_key else 0
+    packed_key = int_key and int(keys.max()) - kmin < 1 << T.WORD_BITS
+    if packed_key:
+        fields.insert(0, ("key", keys[order] - kmin))
+    pack = T.BitPack(fields)
     words = ["u.w%d" % j for j in range(len(pack.words))]
-    if isinstance(keys, np.ndarray):
-        kl, ktype = keys[order].tolist(), "int8"
+    cols = ["unnest($1::int8[]) AS hilbert_key"] + [
+        "unnest($%d::int8[]) AS w%d" % (j + 2, j) for j in range(len(words))]
+    params = [res.keys[order].tolist()] + [w.tolist() for w in pack.words]
+    types = ["int8[]"] * len(params)
+    if packed_key:
+        key_expr = "(%d::int8 + %s)" % (kmin, pack.sql("key", words))
     else:
-        kl, ktype = [keys[i] for i in order.tolist()], "text"
+        key_expr = "u.key"
+        cols.append("unnest($%d::%s[]) AS key" % (len(params) + 1, "int8" if int_key else "text"))
+        params.append(keys[order].tolist() if int_key else [keys[i] for i in order.tolist()])
+        types.append("int8[]" if int_key else "text[]")
     plpy.execute(plpy.prepare(
         # UNLOGGED: derived data, rebuilt by rerunning; skipping WAL halves the write.
         # (unnest in the select list streams; in FROM it would first materialize the rows)
-        "CREATE UNLOGGED TABLE %s AS SELECT u.key::%s AS key, %s::int AS bucket, u.hilbert_key, "
-        "%s AS ec_id FROM (SELECT unnest($1::%s[]) AS key, unnest($2::int8[]) AS hilbert_key, %s) AS u" % (
-            table, key_col["type"], pack.sql("bucket", words), pack.sql("ec", words), ktype,
-            ", ".join("unnest($%d::int8[]) AS w%d" % (j + 3, j) for j in range(len(words)))),
-        ["%s[]" % ktype, "int8[]"] + ["int8[]"] * len(words)),
-        [kl, res.keys[order].tolist()] + [w.tolist() for w in pack.words])
-    del kl
+        "CREATE UNLOGGED TABLE %s AS SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, "
+        "%s AS ec_id FROM (SELECT %s) AS u" % (
+            table, key_expr, key_col["type"], pack.sql("bucket", words), pack.sql("ec", words),
+            ", ".join(cols)), types), params)
+    del params
     plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (index, table))
     _owner_only(plpy, table)
 

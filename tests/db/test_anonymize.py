@@ -502,6 +502,26 @@ def test_sensitive_published_unchanged_for_every_type(pg_conn, sqltype, expr, ca
     assert checksum(pg_conn, ident("public.typed")) == before
 
 
+@pytest.mark.parametrize("key_expr,key_type", [
+    ("i * 7 - 5000", "integer"),                                          # negative, sparse
+    ("CASE WHEN i % 2 = 0 THEN -9223372036854775000 + i ELSE 9223372036854775000 - i END",
+     "bigint"),                                                           # spans the whole bigint range
+    ("(i - 1000)::smallint", "smallint"),
+], ids=["int-sparse", "bigint-extremes", "smallint"])
+def test_integer_keys_reach_the_side_table_exactly(pg_conn, key_expr, key_type):
+    """Integer keys travel packed with the EC id when their range allows, else on their own:
+    either way every key arrives exactly once, with its row's class."""
+    pg_conn.execute("CREATE TABLE ik AS SELECT (%s)::%s AS id, 20 + abs(hashint4(i)) %% 50 AS age, "
+                    "abs(hashint4(i + 3)) %% 12 AS salary FROM generate_series(1, 2000) i" % (key_expr, key_type))
+    pg_conn.execute("ALTER TABLE ik ADD PRIMARY KEY (id)")
+    res = anonymize(pg_conn, "public.ik", ["age"], "salary", 0.4, 4, "ak", "ik_out", {"keep": ["id"]})
+    kt = sql.SQL(run_row(pg_conn, res["run_id"])["keys_table"])
+    assert dict(columns(pg_conn, kt))["key"] == key_type
+    assert scalar(pg_conn, sql.SQL(
+        "SELECT count(*) FROM ik s FULL JOIN {} k ON k.key = s.id FULL JOIN ik_out o ON o.id = s.id "
+        "WHERE s.id IS NULL OR k.key IS NULL OR o.id IS NULL OR o.ec_id <> k.ec_id").format(kt)) == 0
+
+
 def test_bigint_qi_beyond_float_precision(pg_conn):
     """Ranges must contain the source values even where float8 cannot represent them (> 2^53)."""
     pg_conn.execute("""
