@@ -183,8 +183,9 @@ class Bench:
         total = time.perf_counter() - T0
         if not self.keep:
             for rec in self.records:
-                self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(rec["output"])))
-                self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(rec["output"] + "_classes")))
+                for suffix in ("", "_classes", "_keys"):
+                    self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                        sql.Identifier(rec["output"] + suffix)))
         self.write(total)
         return total
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import csv
 import json
 
+import psycopg
+
 from sabre_pg import cli, peer
 
 FIGURES = {"fig10", "fig11", "fig12", "fig13", "fig17", "fig18", "fig_peer"}
@@ -13,6 +15,11 @@ def test_bench_quick_writes_its_files(pg_dsn, tmp_path):
     out = tmp_path / "bench-out"
     assert peer.available(), "anonypyx (the Mondrian peer) is in the test extra and must be installed"
     assert cli.main(["bench", "--dsn", pg_dsn, "--out", str(out), "--quick"]) == 0
+    # its outputs (with their classes and side tables) are dropped afterwards
+    with psycopg.connect(pg_dsn) as conn:
+        left = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'bench\\_%' "
+                            "AND relkind = 'r' AND relname NOT LIKE 'bench\\_census%'").fetchall()
+    assert left == []
 
     doc = json.loads((out / "results.json").read_text())
     assert set(doc) == {"meta", "runs", "figures"}
