@@ -134,7 +134,7 @@ class SADomain:
 
 def class_emds(ec: np.ndarray, codes: np.ndarray, domain: SADomain,
                n_classes: int | None = None, q: np.ndarray | None = None,
-               chunk_cells: int = 4_000_000, order: np.ndarray | None = None) -> np.ndarray:
+               chunk_cells: int = 500_000, order: np.ndarray | None = None) -> np.ndarray:
     """EMD of every class against the table distribution ``q`` (default: of ``codes``).
 
     ``ec[i]`` is tuple i's class id in 0..C-1, ``codes[i]`` its SA code; ``order`` (optional)
