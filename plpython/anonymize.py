@@ -1,16 +1,18 @@
 """sabre_anonymize: SABRE inside PostgreSQL.
 
-Pipeline (all data moves in bulk, never row by row):
-1. validate arguments and the source (SQLSTATE + message + HINT on every bad input);
-2. one aggregate scan counts rows and NULLs; categorical values are checked against their
-   hierarchies with set-based queries;
-3. one scan reads every needed column as arrays (categorical values mapped to pre-order leaf
-   positions by a join with the hierarchy's leaves);
-4. the core engine (sabre_pg.core.sabre) bucketizes the SA summary, redistributes, computes
-   Hilbert keys and assigns tuples to ECs;
+Pipeline (all data moves in bulk, never row by row; see docs/anonymize.md, Performance):
+1. validate arguments and the source (SQLSTATE + message + HINT on every bad input) and load
+   the hierarchies;
+2. the SA frequency summary comes from one GROUP BY; bucketization and ECSize (the
+   redistribution plan) run on that summary before any row is read;
+3. one scan reads the key and every attribute in binary (categorical values as hashes
+   mapped to hierarchy leaves), with the NULL and non-finite counts that validate them; its
+   SA frequencies must equal the summary's (else the source changed: 40001);
+4. the core engine (sabre_pg.core.sabre) computes Hilbert keys, takes ECs out of the
+   buckets, generalizes them and measures their EMDs;
 5. the side table <output>_keys (source key, bucket, hilbert_key, ec_id; btree on
-   (bucket, hilbert_key)) is written with one unnest of arrays, in the output's schema (where
-   the caller needs CREATE anyway);
+   (bucket, hilbert_key)) is written with one unnest of bit-packed arrays, in the output's
+   schema (where the caller needs CREATE anyway);
 6. <output>_classes and <output> are built with set-based SQL under temporary names and
    swapped in at the end, so a rerun replaces them atomically;
 7. the run is recorded in <schema>.runs.  Any error rolls everything back.
@@ -25,7 +27,7 @@ import numpy as np
 
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
-from sabre_pg.core.sabre import QuasiIdentifier, anonymize, encode_numerical
+from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 
 from . import common as C
 from . import transfer as T
@@ -274,8 +276,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     attrs = qis + [sa]
     where = _not_null(plpy, attrs, "s.") if nulls == "drop" else ""
     for a in attrs:
-        if a.kind != "categorical":
-            continue
+        if a.kind != "categorical" or (a is sa and a.hname is None):
+            continue                    # (a flat SA hierarchy comes from the SA summary)
         if a.hname is not None:
             a.hierarchy = C.load_hierarchy(plpy, schema, a.hname, 'for column "%s"' % a.name)
         else:
@@ -289,26 +291,45 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     T1 = time.perf_counter()
     phases["validate"] = T1 - T0
 
-    # ---- 3. one scan: counts (rows, NULLs, non-finite values) and every column, in binary
-    n, keys, data = _read(plpy, S, key, cols[key], key_unique, attrs, where, nulls)
-    if k > n:
-        C.fail(plpy, C.INVALID_PARAMETER, "k = %d exceeds the %d rows of the source" % (k, n),
-               "Every equivalence class needs at least k rows: choose k <= %d." % n)
+    # ---- 3. the SA frequency summary (one GROUP BY); bucketization and ECSize run on it
+    n_sa, counts, distinct = _sa_summary(plpy, S, sa, attrs, where, nulls)
+    if not sa.numerical and sa.leaf_hashes is None:
+        sa.seed, sa.leaf_hashes, sa.check_hashes = _leaf_hashes(plpy, sa.hierarchy.leaves)
+    if k > n_sa:
+        C.fail(plpy, C.INVALID_PARAMETER, "k = %d exceeds the %d rows of the source" % (k, n_sa),
+               "Every equivalence class needs at least k rows: choose k <= %d." % n_sa)
+    domain = SADomain("numerical", m=len(distinct)) if sa.numerical else \
+        SADomain("categorical", hierarchy=sa.hierarchy)
+    try:
+        summary = plan_from_counts(counts, domain, t, k, lookahead)
+    except ValueError as e:
+        C.fail(plpy, C.INVALID_PARAMETER, str(e), "Check the arguments of sabre_anonymize.")
     T2 = time.perf_counter()
-    phases["read"] = T2 - T1
+    phases["summary"] = T2 - T1 - sum(summary.phases.values())
 
-    # ---- 4. core
+    # ---- 4. one scan: counts (rows, NULLs, non-finite values) and every column, in binary
+    n, keys, data = _read(plpy, S, key, cols[key], key_unique, attrs, where, nulls)
+    if sa.numerical:
+        codes = np.searchsorted(distinct, data[-1])
+        np.minimum(codes, len(distinct) - 1, out=codes)
+        same = bool((distinct[codes] == data[-1]).all())
+    else:
+        codes = data[-1]
+        same = True
+    if n != n_sa or not same or not np.array_equal(np.bincount(codes, minlength=domain.m), counts):
+        C.fail(plpy, "40001", "the source %s changed while sabre read it (the SA frequencies of the "
+               "summary and of the scan differ)" % S,
+               "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that "
+               "all of its queries see one snapshot.")
+    T3 = time.perf_counter()
+    phases["read"] = T3 - T2
+
+    # ---- 5. core: Hilbert keys, takeOut, generalization, per-class EMDs
     core_qis = [QuasiIdentifier(a.name, data[i], None if a.numerical else a.hierarchy)
                 for i, a in enumerate(qis)]
-    if sa.numerical:
-        codes, distinct = encode_numerical(data[-1])
-        domain = SADomain("numerical", m=len(distinct))
-    else:
-        codes, distinct = data[-1], None
-        domain = SADomain("categorical", hierarchy=sa.hierarchy)
     try:
         res = anonymize(core_qis, codes, domain, t, k, method=method, seed=seed, takeout=takeout,
-                        weights=weights, lookahead=lookahead)
+                        weights=weights, summary=summary)
     except ValueError as e:
         C.fail(plpy, C.INVALID_PARAMETER, str(e), "Check the arguments of sabre_anonymize.")
     for name, sec in res.phases.items():
@@ -316,7 +337,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
             phases[name] = sec
     T3 = time.perf_counter()
 
-    # ---- 5. side table: source key -> bucket, Hilbert key, EC (one unnest)
+    # ---- 6. side table: source key -> bucket, Hilbert key, EC (one unnest)
     run_id = plpy.execute("SELECT nextval('%s.runs_run_id_seq') AS r" % qs)[0]["r"]
     keys_table = C.qname(plpy, oschema, "sabre_tmp_%d_k" % run_id)
     _write_keys(plpy, keys_table, C.qi(plpy, "sabre_tmp_%d_k_idx" % run_id), cols[key], keys, res)
@@ -326,7 +347,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     T4 = time.perf_counter()
     phases["write_keys"] = T4 - T3
 
-    # ---- 6. <output>_classes and <output>, built under temporary names, then swapped in
+    # ---- 7. <output>_classes and <output>, built under temporary names, then swapped in
     tmp_c = C.qname(plpy, oschema, "sabre_tmp_%d_c" % run_id)
     tmp_o = C.qname(plpy, oschema, "sabre_tmp_%d_o" % run_id)
     gen_cols = _write_classes(plpy, tmp_c, qis, data, res, S, keys_table, key)
@@ -368,7 +389,7 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     out_oid = plpy.execute(plpy.prepare("SELECT to_regclass($1)::oid AS o", ["text"]), [out_q])[0]["o"]
     C_n = res.n_classes
 
-    # ---- 7. the run catalog
+    # ---- 8. the run catalog
     summ = res.summary(k)
     seconds = time.perf_counter() - T0
     phases["total"] = seconds
@@ -415,6 +436,64 @@ def _leaf_hashes(plpy, leaves):
             return seed, low, full
     C.fail(plpy, "XX000", "cannot find distinct 32-bit hashes for the %d leaves of a hierarchy"
            % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
+
+
+def _sa_summary(plpy, S, sa, attrs, where, nulls):
+    """The SA frequency summary: one ``GROUP BY`` over the sensitive column.
+
+    Returns (rows with a non-NULL SA, counts per SA code, sorted distinct values for a
+    numerical SA or None).  A numerical SA's codes index its distinct values (int8 for
+    integer types, else the float8 of the read); a categorical SA's codes are its hierarchy's
+    leaf positions, and a value that is no leaf is reported here, matched exactly by text.
+    """
+    c = "s." + C.qi(plpy, sa.name)
+    if sa.numerical:
+        integer = sa.col["typname"] in INTEGER_TYPES
+        vtype = "int8" if integer else "float8"
+        expr = "%s::int8" % c if integer else C.numeric_expr(plpy, sa.name, sa.col, "s.")
+        r = plpy.execute(
+            "SELECT coalesce(sum(g.n) FILTER (WHERE g.v IS NULL), 0) AS nulls, "
+            "coalesce(sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
+            "count(*) FILTER (WHERE g.v IS NOT NULL) AS m, %s AS bad, "
+            "string_agg(%ssend(g.v), ''::bytea ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS vs, "
+            "string_agg(int8send(g.n), ''::bytea ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns "
+            "FROM (SELECT %s AS v, count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (
+                "0" if integer else "coalesce(sum(g.n) FILTER (WHERE g.v %s), 0)" % NONFINITE,
+                vtype, expr, S, where))[0]
+        if r["bad"]:
+            C.fail(plpy, C.INVALID_PARAMETER, 'non-finite values (NaN or infinity) in "%s" (%d rows)'
+                   % (sa.name, r["bad"]),
+                   "A numerical attribute needs finite values to be generalized to a range: filter or "
+                   "replace them in a view.")
+        distinct = T.decode_array(r["vs"], vtype, r["m"])
+        counts = T.decode_array(r["ns"], "int8", r["m"])
+    else:
+        r = plpy.execute(
+            "SELECT coalesce(sum(g.n) FILTER (WHERE g.v IS NULL), 0) AS nulls, "
+            "coalesce(sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
+            "array_agg(g.v) FILTER (WHERE g.v IS NOT NULL) AS vs, "
+            "array_agg(g.n) FILTER (WHERE g.v IS NOT NULL) AS ns "
+            "FROM (SELECT %s::text AS v, count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (c, S, where))[0]
+        if sa.hierarchy is None and r["vs"]:           # no hierarchy named: the flat one
+            vals = sorted(r["vs"])
+            sa.hierarchy = Hierarchy.flat(vals, root="*" if "*" not in vals else "(any)", name=sa.name)
+        leaf = {v: i for i, v in enumerate(sa.hierarchy.leaves)} if sa.hierarchy else {}
+        missing = sorted(v for v in (r["vs"] or []) if v not in leaf)
+        if missing:
+            C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" has %d value(s) missing from hierarchy "%s", '
+                   'e.g. %s' % (sa.name, len(missing), sa.hname, ", ".join(json.dumps(v) for v in missing[:5])),
+                   "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
+        counts = np.zeros(len(leaf), dtype=np.int64)
+        for v, cnt in zip(r["vs"] or [], r["ns"] or []):
+            counts[leaf[v]] = cnt
+        distinct = None
+    if r["nulls"] and nulls == "error":
+        _null_error(plpy, attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
+            ", ".join("count(s.%s) AS c%d" % (C.qi(plpy, a.name), i) for i, a in enumerate(attrs)), S))[0])
+    if r["total"] == 0:
+        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
+            S, " without NULLs" if where else ""), "There is nothing to anonymize.")
+    return int(r["total"]), counts, distinct
 
 
 def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
@@ -465,12 +544,7 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
     if n == 0:
         C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
             S, " without NULLs" if where else ""), "There is nothing to anonymize.")
-    nulls_by = [(a.name, n - row["c%d" % i]) for i, a in enumerate(attrs)
-                if not a.col["notnull"] and row["c%d" % i] < n]
-    if nulls_by:       # (only with nulls = 'error': 'drop' filtered them)
-        C.fail(plpy, C.NULL_NOT_ALLOWED, "NULL values in %s" % ", ".join('"%s" (%d rows)' % nc for nc in nulls_by),
-               "Fill or filter them (e.g. in a view), or pass options => '{\"nulls\": \"drop\"}' to "
-               "exclude those rows explicitly.")
+    _null_error(plpy, attrs, row)      # (only with nulls = 'error': 'drop' filtered them)
     bad = [(a.name, row["f%d" % i]) for i, a in enumerate(attrs) if row.get("f%d" % i)]
     if bad:
         C.fail(plpy, C.INVALID_PARAMETER, "non-finite values (NaN or infinity) in %s" % ", ".join(
@@ -507,6 +581,18 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
                 C.fail(plpy, "XX000", 'inconsistent read of column "%s"' % a.name)
             data[i] = pos
     return n, keys, data
+
+
+def _null_error(plpy, attrs, row):
+    """Raise the NULL error naming every attribute with NULLs, given a row with the total
+    ``n`` and ``c<i>`` = count(attribute i) (absent for NOT NULL columns)."""
+    n = row["n"]
+    nulls_by = [(a.name, n - row["c%d" % i]) for i, a in enumerate(attrs)
+                if row.get("c%d" % i) is not None and row["c%d" % i] < n]
+    if nulls_by:
+        C.fail(plpy, C.NULL_NOT_ALLOWED, "NULL values in %s" % ", ".join('"%s" (%d rows)' % nc for nc in nulls_by),
+               "Fill or filter them (e.g. in a view), or pass options => '{\"nulls\": \"drop\"}' to "
+               "exclude those rows explicitly.")
 
 
 def _checksum_matches(expected, positions, a) -> bool:

@@ -125,13 +125,19 @@ def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> None:
             raise ValueError("QI %s has %d values for %d tuples" % (qi.name, len(qi.values), n))
 
 
-def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
-              seed: int = 0, takeout: str = "sweep", weights=None,
-              with_emds: bool = True, lookahead: int = 4) -> SabreResult:
-    """Run SABRE-AK (``method='ak'``) or SABRE-KNN (``'knn'``).
+@dataclass
+class SummaryPlan:
+    """Bucketization (§4.2) and the EC-size tree (§4.3) of a table, computed from its SA
+    frequency summary alone -- no tuple is needed until takeOut."""
+    counts: np.ndarray                   # tuples per SA code
+    buckets: Bucketization
+    plan: ECPlan
+    phases: dict = field(default_factory=dict)
 
-    ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
-    takes seeds in Hilbert order.  KNN always uses random seeds.
+
+def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
+                     lookahead: int = 4) -> SummaryPlan:
+    """Bucketize the SA summary ``counts`` (tuples per code) and redistribute (ECSize).
 
     ``lookahead``: the paper stops bucketization at the first U < t, which can leave little
     room (t - U) for redistribution, so a larger t can give fewer, larger classes.  Bucketization
@@ -142,13 +148,18 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     """
     if int(lookahead) != lookahead or lookahead < 0:
         raise ValueError("lookahead must be an integer >= 0, got %r" % (lookahead,))
-    sa_codes = np.asarray(sa_codes, dtype=np.int64)
-    n = len(sa_codes)
-    validate(n, t, k, method, takeout, qis)
+    counts = np.asarray(counts, dtype=np.int64)
+    if len(counts) != domain.m:
+        raise ValueError("the summary has %d counts for %d SA values" % (len(counts), domain.m))
+    n = int(counts.sum())
+    if not (t > 0 and t <= 1):               # also rejects NaN
+        raise ValueError("t must satisfy 0 < t <= 1, got %r" % (t,))
+    if n == 0:
+        raise ValueError("the table is empty")
+    if k > n:
+        raise ValueError("k = %d exceeds the %d tuples of the table" % (k, n))
     ph: dict = {}
     tic = time.perf_counter()
-
-    counts = np.bincount(sa_codes, minlength=domain.m)
     q = counts / n
     cands = bucketize(q, t, domain, lookahead=lookahead) if lookahead else [bucketize(q, t, domain)]
     toc = time.perf_counter(); ph["bucketize"] = toc - tic; tic = toc
@@ -162,9 +173,39 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
         plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
         if best is None or plan.n_classes >= LOOKAHEAD_GAIN * best[1].n_classes:
             best = (bz, plan)
-    bz, plan = best
+    ph["redistribute"] = time.perf_counter() - tic
+    return SummaryPlan(counts, best[0], best[1], ph)
+
+
+def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
+              seed: int = 0, takeout: str = "sweep", weights=None,
+              with_emds: bool = True, lookahead: int = 4,
+              summary: SummaryPlan | None = None) -> SabreResult:
+    """Run SABRE-AK (``method='ak'``) or SABRE-KNN (``'knn'``).
+
+    ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
+    takes seeds in Hilbert order.  KNN always uses random seeds.
+
+    ``summary``: the :func:`plan_from_counts` of the SA frequency summary, when it was made
+    before the tuples were read (the database computes it with a GROUP BY); the codes must
+    have exactly its counts.  Without it the plan is made here (``lookahead`` as there).
+    """
+    sa_codes = np.asarray(sa_codes, dtype=np.int64)
+    n = len(sa_codes)
+    validate(n, t, k, method, takeout, qis)
+    counts = np.bincount(sa_codes, minlength=domain.m)
+    if summary is None:
+        summary = plan_from_counts(counts, domain, t, k, lookahead)
+    elif not np.array_equal(summary.counts, counts):
+        raise ValueError("the SA codes do not have the frequencies of the summary the plan was "
+                         "made from (%d tuples against %d)" % (n, int(summary.counts.sum())))
+    ph: dict = dict(summary.phases)
+    bz, plan = summary.buckets, summary.plan
+    q = counts / n
+    tic = time.perf_counter()
     bucket = bz.bucket_of_code()[sa_codes]
-    toc = time.perf_counter(); ph["redistribute"] = toc - tic; tic = toc
+    ph["redistribute"] = ph.get("redistribute", 0.0) + time.perf_counter() - tic
+    tic = time.perf_counter()
 
     keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     bucket_key_order = None

@@ -522,6 +522,21 @@ def test_integer_keys_reach_the_side_table_exactly(pg_conn, key_expr, key_type):
         "WHERE s.id IS NULL OR k.key IS NULL OR o.id IS NULL OR o.ec_id <> k.ec_id").format(kt)) == 0
 
 
+def test_flat_categorical_sa_from_the_summary(pg_conn):
+    """A categorical SA without a named hierarchy gets the flat one, built from the values of
+    the SA summary (the GROUP BY that bucketization runs on); the run records that phase."""
+    pg_conn.execute("CREATE TABLE dx AS SELECT i AS id, 20 + abs(hashint4(i)) % 60 AS age, "
+                    "(ARRAY['flu','cold','asthma','ulcer','gastritis','*'])[1 + abs(hashint4(i + 9)) % 6] AS diagnosis "
+                    "FROM generate_series(1, 3000) i")
+    pg_conn.execute("ALTER TABLE dx ADD PRIMARY KEY (id)")
+    res = anonymize(pg_conn, "public.dx", ["age"], "diagnosis", 0.4, 5, "ak", "dx_out")
+    assert res["rows"] == 3000 and res["min_class_size"] >= 5
+    assert verify(pg_conn, "dx_out", "diagnosis", 0.4, 5)["violations"] == 0
+    assert scalar(pg_conn, "SELECT count(DISTINCT diagnosis) FROM dx_out") == 6     # '*' is a value here
+    phases = run_row(pg_conn, res["run_id"])["phases"]
+    assert {"validate", "summary", "bucketize", "redistribute", "read", "takeout"} <= set(phases)
+
+
 def test_bigint_qi_beyond_float_precision(pg_conn):
     """Ranges must contain the source values even where float8 cannot represent them (> 2^53)."""
     pg_conn.execute("""

@@ -250,6 +250,29 @@ def test_infinite_or_nan_numerical_qi(db, expr, sqltype):
                  "22023", "non-finite", '"d"', source="inf")
 
 
+def test_source_changing_between_summary_and_scan(db):
+    """The SA summary (GROUP BY) and the scan are two statements; if the source changes in
+    between (READ COMMITTED), the frequencies differ and the run stops with 40001.  A row is
+    inserted between them by wrapping the scan in the backend."""
+    db.execute("SELECT sabre_selftest()")
+    db.execute("""DO $$
+import sabre_plpy.anonymize as A
+if not hasattr(A, '_read_unwrapped'):
+    A._read_unwrapped = A._read
+def _read(plpy, *args):
+    plpy.execute("INSERT INTO public.census SELECT max(id) + 1, 40, 'Male', 10, 'Divorced', 'White', "
+                 "'Private', 'Italy', 17 FROM public.census")
+    return A._read_unwrapped(plpy, *args)
+A._read = _read
+$$ LANGUAGE plpython3u""")
+    try:
+        e = expect_error(db, lambda c: call_anonymize(c), "40001", "changed while sabre read it")
+        assert "REPEATABLE READ" in e.diag.message_hint
+    finally:
+        db.execute("DO $$\nimport sabre_plpy.anonymize as A\nA._read = A._read_unwrapped\n$$ LANGUAGE plpython3u")
+    assert call_anonymize(db)                       # unwrapped: the run succeeds
+
+
 def test_unsupported_column_type(db):
     db.execute("CREATE TABLE js AS SELECT id, age, to_jsonb(sex) AS sex, education, salary FROM census")
     db.execute("ALTER TABLE js ADD PRIMARY KEY (id)")

@@ -1,0 +1,50 @@
+"""The plan (bucketization + EC-size tree) made from the SA frequency summary alone, before
+any tuple is read, as the database does with a GROUP BY."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sabre_pg.core.sabre import anonymize, plan_from_counts
+from sabre_pg.synthetic import census
+
+
+@pytest.fixture(scope="module")
+def data():
+    return census(20_000, seed=8)
+
+
+@pytest.mark.parametrize("t,k,lookahead", [(0.2, 4, 4), (0.35, 6, 0), (0.5, 10, 2)])
+def test_summary_plan_gives_the_same_result(data, t, k, lookahead):
+    qis, codes, dom = data
+    counts = np.bincount(codes, minlength=dom.m)
+    summary = plan_from_counts(counts, dom, t, k, lookahead)
+    assert summary.plan.templates.sum() == len(codes)
+    assert summary.buckets.U < t and {"bucketize", "redistribute"} <= set(summary.phases)
+    a = anonymize(qis, codes, dom, t, k, lookahead=lookahead, summary=summary)
+    b = anonymize(qis, codes, dom, t, k, lookahead=lookahead)
+    np.testing.assert_array_equal(a.ec, b.ec)
+    np.testing.assert_array_equal(a.plan.templates, b.plan.templates)
+    assert a.summary(k) == {**b.summary(k), "seconds": a.summary(k)["seconds"]}
+
+
+def test_codes_must_match_the_summary(data):
+    qis, codes, dom = data
+    counts = np.bincount(codes, minlength=dom.m)
+    counts[0] += 1                                   # a tuple the read did not see
+    summary = plan_from_counts(counts, dom, 0.3, 5)
+    with pytest.raises(ValueError, match="summary"):
+        anonymize(qis, codes, dom, 0.3, 5, summary=summary)
+
+
+@pytest.mark.parametrize("counts,t,k,match", [
+    ([0, 0, 0], 0.3, 1, "empty"),
+    ([1, 2, 0], 0.3, 4, "k = 4 exceeds the 3"),
+    ([1, 2, 3], 0.0, 1, "0 < t"),
+    ([1, 2, 3], float("nan"), 1, "0 < t"),
+    ([1, 2], 0.3, 1, "2 counts for 3"),
+])
+def test_plan_from_counts_rejects(data, counts, t, k, match):
+    dom = data[2].__class__("numerical", m=3)
+    with pytest.raises(ValueError, match=match):
+        plan_from_counts(np.array(counts), dom, t, k)
