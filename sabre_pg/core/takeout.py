@@ -80,19 +80,34 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
     # after the scan (seed = n) everything is pushed
     for b in range(B):
         pos = members[b]
-        ids = o[pos].tolist()
+        ids = o[pos]
         cs = np.flatnonzero(templates[:, b] > 0)
         if not len(cs):
             continue
-        upto = np.searchsorted(pos, seed[cs], side="right").tolist()
+        a = templates[cs, b]
+        upto = np.searchsorted(pos, seed[cs], side="right")    # pushed before EC cs[e] pops
+        height = upto - np.cumsum(a)                            # stack height after each pop
+        before = np.concatenate(([0], upto[:-1]))
+        # an EC finding the stack empty and leaving it empty takes exactly its new pushes
+        clean = (np.concatenate(([0], height[:-1])) == 0) & (height == 0)
+        if clean.any():
+            ca = a[clean]
+            first = np.repeat(before[clean] - np.concatenate(([0], np.cumsum(ca)[:-1])), ca)
+            ec[ids[first + np.arange(int(ca.sum()))]] = np.repeat(cs[clean], ca)
+        dirty = np.flatnonzero(~clean)
+        if not len(dirty):
+            continue
+        idl = ids.tolist()
         stack, pushed, got = [], 0, []
-        for u, a in zip(upto, templates[cs, b].tolist()):
+        for u, n_a, u0 in zip(upto[dirty].tolist(), a[dirty].tolist(), before[dirty].tolist()):
+            if pushed < u0:            # clean ECs in between emptied the stack
+                pushed = u0
             if u > pushed:
-                stack.extend(ids[pushed:u])
+                stack.extend(idl[pushed:u])
                 pushed = u
-            got.extend(stack[-a:])
-            del stack[-a:]
-        ec[np.asarray(got, dtype=np.int64)] = np.repeat(cs, templates[cs, b])
+            got.extend(stack[-n_a:])
+            del stack[-n_a:]
+        ec[np.asarray(got, dtype=np.int64)] = np.repeat(cs[dirty], a[dirty])
     if return_order:
         return ec, np.concatenate([o[pos] for pos in members])
     return ec
