@@ -367,10 +367,13 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     # swap in: drop sabre's previous output (and its side table), rename the new one
     T4c = time.perf_counter()
     phases["build_output"] = T4c - T4b
-    for oid in owned:
-        info = C.relation_info(plpy, oid)
-        if info is not None:
-            plpy.execute("DROP TABLE IF EXISTS %s CASCADE" % C.qname(plpy, info["nspname"], info["relname"]))
+    old = [C.relation_info(plpy, oid) for oid in owned]
+    old = [C.qname(plpy, i["nspname"], i["relname"]) for i in old if i is not None]
+    if old:
+        # autovacuum may be analyzing the previous output; it yields to our lock only when we
+        # have waited deadlock_timeout (1 s by default) -- shorten that where we may
+        with _short_deadlock_timeout(plpy):
+            plpy.execute("DROP TABLE IF EXISTS %s CASCADE" % ", ".join(old))
     plpy.execute("ALTER INDEX %s RENAME TO %s" % (
         C.qname(plpy, oschema, "sabre_tmp_%d_c_pkey" % run_id), C.qi(plpy, oname + "_classes_pkey")))
     plpy.execute("ALTER INDEX %s RENAME TO %s" % (
@@ -436,6 +439,30 @@ def _leaf_hashes(plpy, leaves):
             return seed, low, full
     C.fail(plpy, "XX000", "cannot find distinct 32-bit hashes for the %d leaves of a hierarchy"
            % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
+
+
+class _short_deadlock_timeout:
+    """deadlock_timeout = 20ms for a block (restored after it), when the caller may set it
+    (superusers and roles granted SET on it); otherwise nothing changes."""
+
+    def __init__(self, plpy):
+        self.plpy, self.old = plpy, None
+
+    def __enter__(self):
+        try:
+            with self.plpy.subtransaction():
+                self.old = self.plpy.execute(
+                    "SELECT current_setting('deadlock_timeout') AS old, "
+                    "set_config('deadlock_timeout', '20ms', true)")[0]["old"]
+        except self.plpy.SPIError:
+            self.old = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            self.plpy.execute(self.plpy.prepare("SELECT set_config('deadlock_timeout', $1, true)",
+                                                ["text"]), [self.old])
+        return False
 
 
 def _sa_summary(plpy, S, sa, attrs, where, nulls):

@@ -392,6 +392,18 @@ def test_rerun_replaces_output_atomically(pg_conn, pg_connect):
     assert verify(pg_conn, "public.census_anon", "salary", 0.35, 6)["violations"] == 0
 
 
+def test_rerun_leaves_the_callers_settings(pg_conn):
+    """A rerun shortens deadlock_timeout while it drops its previous output (so autovacuum,
+    if it is analyzing that output, yields at once) and restores it, as it does work_mem."""
+    make_census(pg_conn)
+    pg_conn.execute("SET deadlock_timeout = '1234ms'")
+    pg_conn.execute("SET work_mem = '5MB'")
+    for _ in range(2):                                   # the second run replaces the first
+        anonymize(pg_conn, "public.census", ["age", "sex"], "salary", 0.3, 4, "ak", "public.settings_out")
+    assert scalar(pg_conn, "SHOW deadlock_timeout") == "1234ms"
+    assert scalar(pg_conn, "SHOW work_mem") == "5MB"
+
+
 def test_no_temporary_names_remain(pg_conn):
     """Every relation a run leaves has its final name: <output>, <output>_classes, <output>_keys
     and their indexes; nothing is still called sabre_tmp_* (which would also change on each rerun)."""
