@@ -152,6 +152,49 @@ class ECPlan:
         return self.templates.sum(axis=1)
 
 
+def _splits(V: np.ndarray, bucket_emd: BucketEMD, U: float, t: float, k: int):
+    """Dichotomize every count vector of V; ok[i]: Theorem 4 allows splitting V[i] (both
+    halves keep >= k tuples and EMD(half) + U <= t)."""
+    c1, c2 = dichotomize(V)
+    ok = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
+    if ok.any():
+        e1 = bucket_emd(c1[ok])
+        e2 = bucket_emd(c2[ok])
+        good = (e1 + U <= t + EPS) & (e2 + U <= t + EPS)
+        ok[np.flatnonzero(ok)[~good]] = False
+    return c1, c2, ok
+
+
+def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> int:
+    """The number of ECs ``ec_size`` would make, without building its templates: which
+    vectors split is decided on the distinct vectors of each level, and a vector's leaf count
+    is 1 or the sum of its halves'."""
+    counts = np.asarray(counts, dtype=np.int64)
+    halves: dict = {}
+    level = counts[None, :]
+    while len(level):
+        c1, c2, ok = _splits(level, bucket_emd, U, t, k)
+        kids = []
+        for i in range(len(level)):
+            key = level[i].tobytes()
+            if ok[i]:
+                halves[key] = (c1[i].tobytes(), c2[i].tobytes())
+                kids += [c1[i], c2[i]]
+            else:
+                halves[key] = None
+        fresh = [v for v in kids if v.tobytes() not in halves]
+        level = np.unique(np.array(fresh), axis=0) if fresh else np.empty((0, len(counts)), np.int64)
+    leaves: dict = {}
+
+    def n_leaves(key):
+        if key not in leaves:
+            h = halves[key]
+            leaves[key] = 1 if h is None else n_leaves(h[0]) + n_leaves(h[1])
+        return leaves[key]
+
+    return n_leaves(counts.tobytes())
+
+
 def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
             record_tree: bool = False) -> ECPlan:
     """ECSize: split the table's bucket counts with dichotomize while Theorem 4 allows it.
@@ -175,13 +218,7 @@ def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
     tree: dict = {}
     depth = 0
     while len(inv):
-        c1, c2 = dichotomize(uniq)
-        ok = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
-        if ok.any():
-            e1 = bucket_emd(c1[ok])
-            e2 = bucket_emd(c2[ok])
-            good = (e1 + U <= t + EPS) & (e2 + U <= t + EPS)
-            ok[np.flatnonzero(ok)[~good]] = False
+        c1, c2, ok = _splits(uniq, bucket_emd, U, t, k)
         for i in range(len(uniq) if record_tree else 0):
             key = tuple(int(v) for v in uniq[i])
             tree[key] = (tuple(int(v) for v in c1[i]), tuple(int(v) for v in c2[i])) if ok[i] else None

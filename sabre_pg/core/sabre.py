@@ -18,7 +18,7 @@ from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical
 from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
-from .redistribute import BucketEMD, ECPlan, ec_size
+from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
 METHODS = ("ak", "knn")
@@ -167,14 +167,21 @@ def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
     # Redistribution for the paper's bucketization and each look-ahead candidate.  A further
     # split costs utility (every class must draw from one more bucket), so a candidate replaces
     # the current choice only if its EC-size tree has LOOKAHEAD_GAIN times as many classes.
+    # The candidates are compared by class count alone (no templates); only the chosen one's
+    # EC-size tree is expanded.
     best = None
     for bz in cands:
         bcounts = np.array([counts[b.lo:b.hi].sum() for b in bz.buckets], dtype=np.int64)
-        plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
-        if best is None or plan.n_classes >= LOOKAHEAD_GAIN * best[1].n_classes:
-            best = (bz, plan)
+        if len(cands) == 1:
+            best = (bz, bcounts, None)
+            break
+        n_ec = ec_count(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
+        if best is None or n_ec >= LOOKAHEAD_GAIN * best[2]:
+            best = (bz, bcounts, n_ec)
+    bz, bcounts, _ = best
+    plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
     ph["redistribute"] = time.perf_counter() - tic
-    return SummaryPlan(counts, best[0], best[1], ph)
+    return SummaryPlan(counts, bz, plan, ph)
 
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",

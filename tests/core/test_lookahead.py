@@ -56,3 +56,16 @@ def test_invalid_lookahead(data):
     qis, codes, dom = data
     with pytest.raises(ValueError, match="lookahead"):
         anonymize(qis, codes, dom, 0.3, 6, lookahead=-1)
+
+
+@pytest.mark.parametrize("t", [0.1, 0.2, 0.35, 0.5])
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_ec_count_equals_the_expanded_tree(data, t, k):
+    """Candidates are compared with ec_count; it must equal ec_size's number of classes."""
+    from sabre_pg.core.redistribute import BucketEMD, ec_count, ec_size
+    qis, codes, dom = data
+    counts = np.bincount(codes, minlength=dom.m)
+    for bz in bucketize(counts / counts.sum(), t, dom, lookahead=4):
+        bc = np.array([counts[b.lo:b.hi].sum() for b in bz.buckets])
+        assert ec_count(bc, BucketEMD(bz, bc), bz.U, t, k) == \
+            ec_size(bc, BucketEMD(bz, bc), bz.U, t, k).n_classes
