@@ -371,8 +371,8 @@ def run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, option
     old = [C.qname(plpy, i["nspname"], i["relname"]) for i in old if i is not None]
     if old:
         # autovacuum may be analyzing the previous output; it yields to our lock only when we
-        # have waited deadlock_timeout (1 s by default) -- shorten that where we may
-        with _short_deadlock_timeout(plpy):
+        # have waited deadlock_timeout (1 s by default) -- shorten that where the caller may
+        with C.settings(plpy, optional=True, deadlock_timeout="20ms"):
             plpy.execute("DROP TABLE IF EXISTS %s CASCADE" % ", ".join(old))
     plpy.execute("ALTER INDEX %s RENAME TO %s" % (
         C.qname(plpy, oschema, "sabre_tmp_%d_c_pkey" % run_id), C.qi(plpy, oname + "_classes_pkey")))
@@ -441,30 +441,6 @@ def _leaf_hashes(plpy, leaves):
            % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
 
 
-class _short_deadlock_timeout:
-    """deadlock_timeout = 20ms for a block (restored after it), when the caller may set it
-    (superusers and roles granted SET on it); otherwise nothing changes."""
-
-    def __init__(self, plpy):
-        self.plpy, self.old = plpy, None
-
-    def __enter__(self):
-        try:
-            with self.plpy.subtransaction():
-                self.old = self.plpy.execute(
-                    "SELECT current_setting('deadlock_timeout') AS old, "
-                    "set_config('deadlock_timeout', '20ms', true)")[0]["old"]
-        except self.plpy.SPIError:
-            self.old = None
-        return self
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            self.plpy.execute(self.plpy.prepare("SELECT set_config('deadlock_timeout', $1, true)",
-                                                ["text"]), [self.old])
-        return False
-
-
 def _sa_summary(plpy, S, sa, attrs, where, nulls):
     """The SA frequency summary: one ``GROUP BY`` over the sensitive column.
 
@@ -488,10 +464,7 @@ def _sa_summary(plpy, S, sa, attrs, where, nulls):
                 "0" if integer else "coalesce(sum(g.n) FILTER (WHERE g.v %s), 0)" % NONFINITE,
                 vtype, expr, S, where))[0]
         if r["bad"]:
-            C.fail(plpy, C.INVALID_PARAMETER, 'non-finite values (NaN or infinity) in "%s" (%d rows)'
-                   % (sa.name, r["bad"]),
-                   "A numerical attribute needs finite values to be generalized to a range: filter or "
-                   "replace them in a view.")
+            _nonfinite_error(plpy, [(sa.name, r["bad"])])
         distinct = T.decode_array(r["vs"], vtype, r["m"])
         counts = T.decode_array(r["ns"], "int8", r["m"])
     else:
@@ -507,9 +480,7 @@ def _sa_summary(plpy, S, sa, attrs, where, nulls):
         leaf = {v: i for i, v in enumerate(sa.hierarchy.leaves)} if sa.hierarchy else {}
         missing = sorted(v for v in (r["vs"] or []) if v not in leaf)
         if missing:
-            C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" has %d value(s) missing from hierarchy "%s", '
-                   'e.g. %s' % (sa.name, len(missing), sa.hname, ", ".join(json.dumps(v) for v in missing[:5])),
-                   "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
+            _missing_error(plpy, sa, len(missing), missing[:5])
         counts = np.zeros(len(leaf), dtype=np.int64)
         for v, cnt in zip(r["vs"] or [], r["ns"] or []):
             counts[leaf[v]] = cnt
@@ -518,8 +489,7 @@ def _sa_summary(plpy, S, sa, attrs, where, nulls):
         _null_error(plpy, attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
             ", ".join("count(s.%s) AS c%d" % (C.qi(plpy, a.name), i) for i, a in enumerate(attrs)), S))[0])
     if r["total"] == 0:
-        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
-            S, " without NULLs" if where else ""), "There is nothing to anonymize.")
+        _no_rows(plpy, S, where)
     return int(r["total"]), counts, distinct
 
 
@@ -569,15 +539,11 @@ def _read(plpy, S, key, key_col, key_unique, attrs, where, nulls):
         ", ".join(sel), ", ".join(inner), S, where))[0]
     n = row["n"]
     if n == 0:
-        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
-            S, " without NULLs" if where else ""), "There is nothing to anonymize.")
+        _no_rows(plpy, S, where)
     _null_error(plpy, attrs, row)      # (only with nulls = 'error': 'drop' filtered them)
     bad = [(a.name, row["f%d" % i]) for i, a in enumerate(attrs) if row.get("f%d" % i)]
     if bad:
-        C.fail(plpy, C.INVALID_PARAMETER, "non-finite values (NaN or infinity) in %s" % ", ".join(
-            '"%s" (%d rows)' % b for b in bad),
-            "A numerical attribute needs finite values to be generalized to a range: filter or "
-            "replace them in a view.")
+        _nonfinite_error(plpy, bad)
     if not key_col["notnull"] and row["nk"] < n:
         C.fail(plpy, C.NULL_NOT_ALLOWED, 'key column "%s" has %d NULLs' % (key, n - row["nk"]),
                "The key must identify each row: use a primary key or a unique NOT NULL column.")
@@ -806,11 +772,26 @@ def _missing_values(plpy, a, S, where):
         "SELECT v, count(*) OVER () AS m FROM (SELECT DISTINCT s.%s::text AS v FROM %s AS s%s) d "
         "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (C.qi(plpy, a.name), S, where), ["text[]"]),
         [a.hierarchy.leaves])
-    C.fail(plpy, C.INVALID_PARAMETER,
-           'column "%s" has %d value(s) missing from hierarchy "%s", e.g. %s' % (
-               a.name, miss[0]["m"] if len(miss) else 0, a.hname,
-               ", ".join(json.dumps(r["v"]) for r in miss)),
+    _missing_error(plpy, a, miss[0]["m"] if len(miss) else 0, [r["v"] for r in miss])
+
+
+def _missing_error(plpy, a, count, examples):
+    C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" has %d value(s) missing from hierarchy "%s", e.g. %s'
+           % (a.name, count, a.hname, ", ".join(json.dumps(v) for v in examples)),
            "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
+
+
+def _nonfinite_error(plpy, bad):
+    """bad: [(column, rows)] of numerical attributes holding NaN or infinities."""
+    C.fail(plpy, C.INVALID_PARAMETER, "non-finite values (NaN or infinity) in %s" % ", ".join(
+        '"%s" (%d rows)' % b for b in bad),
+        "A numerical attribute needs finite values to be generalized to a range: filter or "
+        "replace them in a view.")
+
+
+def _no_rows(plpy, S, where):
+    C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows%s" % (
+        S, " without NULLs" if where else ""), "There is nothing to anonymize.")
 
 
 def _not_null(plpy, attrs, prefix):

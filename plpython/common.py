@@ -128,17 +128,28 @@ def to_array(values, dtype) -> np.ndarray:
 
 
 class settings:
-    """Context manager: transaction-local GUC values, restored on exit."""
+    """Context manager: transaction-local GUC values, restored on exit.  With
+    ``optional=True`` a value the caller may not set (e.g. a superuser-only one) is skipped."""
 
-    def __init__(self, plpy, **values):
-        self.plpy, self.values, self.saved = plpy, values, {}
+    def __init__(self, plpy, optional: bool = False, **values):
+        self.plpy, self.optional, self.values, self.saved = plpy, optional, values, {}
+
+    def _set(self, name, value):
+        r = self.plpy.execute(self.plpy.prepare(
+            "SELECT current_setting($1) AS old, set_config($1, $2, true)", ["text", "text"]),
+            [name, str(value)])
+        self.saved[name] = r[0]["old"]
 
     def __enter__(self):
         for name, value in self.values.items():
-            r = self.plpy.execute(self.plpy.prepare(
-                "SELECT current_setting($1) AS old, set_config($1, $2, true)", ["text", "text"]),
-                [name, str(value)])
-            self.saved[name] = r[0]["old"]
+            if not self.optional:
+                self._set(name, value)
+                continue
+            try:
+                with self.plpy.subtransaction():
+                    self._set(name, value)
+            except self.plpy.SPIError:
+                pass
         return self
 
     def __exit__(self, *exc):

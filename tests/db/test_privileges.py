@@ -92,3 +92,18 @@ def test_side_table_ignores_default_privileges(pg_conn, analyst):
         analyst.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA work REVOKE SELECT ON TABLES FROM {reader}, PUBLIC")
         pg_conn.execute(f"DROP OWNED BY {reader}")
         pg_conn.execute(f"DROP ROLE {reader}")
+
+
+def test_analyst_rerun_replaces_its_output(pg_conn, analyst):
+    """A rerun drops the previous output; an analyst may not lower deadlock_timeout (superuser
+    only), which the run then simply leaves as it is."""
+    datasets.generate_census(pg_conn, "census", rows=2000, seed=5)
+    pg_conn.execute(f"GRANT SELECT ON public.census TO {ROLE}")
+    call = ("SELECT run_id FROM sabre_anonymize('public.census'::regclass, ARRAY['age','sex'], "
+            "'salary', 0.3, 4, output => 'work.rerun_anon')")
+    first = analyst.execute(call).fetchone()[0]
+    second = analyst.execute(call).fetchone()[0]
+    assert second > first
+    assert analyst.execute("SELECT count(*) FROM work.rerun_anon").fetchone()[0] == 2000
+    assert analyst.execute("SELECT output_oid = 'work.rerun_anon'::regclass::oid FROM sabre.runs "
+                           "WHERE run_id = %s", (second,)).fetchone()[0]
