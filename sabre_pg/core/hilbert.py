@@ -119,13 +119,11 @@ def hilbert_index(coords, bits: int) -> np.ndarray:
     return key.astype(np.int64)
 
 
-def qi_grid(columns, bits: int, ranges=None) -> np.ndarray:
-    """Scale QI axes (list of 1-D arrays: values or leaf positions) onto the bit grid."""
-    out = np.empty((len(columns[0]), len(columns)), dtype=np.uint64)
-    for j, col in enumerate(columns):
-        lo, hi = (None, None) if ranges is None else ranges[j]
-        out[:, j] = scale_axis(col, bits, lo, hi)
-    return out
+def qi_axes(columns, bits: int, ranges=None) -> list:
+    """Scale QI axes (list of 1-D arrays: values or leaf positions) onto the bit grid, each in
+    the transform's word type."""
+    return [scale_axis(col, bits, *((None, None) if ranges is None else ranges[j]), dtype=_word(bits))
+            for j, col in enumerate(columns)]
 
 
 def hilbert_keys(columns, ranges=None, bits: int | None = None) -> np.ndarray:
@@ -134,6 +132,5 @@ def hilbert_keys(columns, ranges=None, bits: int | None = None) -> np.ndarray:
     if bits is None:
         card = [len(np.unique(c)) if len(c) <= 100_000 else (1 << 31) for c in columns]
         bits = bits_per_dim(d, card)
-    axes = [scale_axis(col, bits, *((None, None) if ranges is None else ranges[j]), dtype=_word(bits))
-            for j, col in enumerate(columns)]
+    axes = qi_axes(columns, bits, ranges)
     return hilbert_index(axes, bits)

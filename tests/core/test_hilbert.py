@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sabre_pg.core.hilbert import (MAX_DIMS, bits_per_dim, hilbert_index, hilbert_keys,
-                                   qi_grid, scale_axis)
+                                   qi_axes, scale_axis)
 
 
 def all_cells(d, bits):
@@ -78,7 +78,7 @@ def test_scale_axis_and_grid():
     v = np.array([10.0, 20.0, 15.0])
     assert scale_axis(v, 2).tolist() == [0, 3, 2]       # rint(1.5) = 2
     assert scale_axis(np.array([4.0, 4.0]), 5).tolist() == [0, 0]
-    g = qi_grid([np.array([0.0, 1.0]), np.array([2, 0])], 3, ranges=[(0.0, 1.0), (0.0, 4.0)])
+    g = np.column_stack(qi_axes([np.array([0.0, 1.0]), np.array([2, 0])], 3, ranges=[(0.0, 1.0), (0.0, 4.0)]))
     assert g.tolist() == [[0, 4], [7, 0]]
 
 
