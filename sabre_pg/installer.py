@@ -164,7 +164,7 @@ def _tree_modules(root: Path, package: str) -> list[tuple[str, str, bool]]:
     return [(name, src, pkg) for name, (src, pkg) in sorted(found.items())]
 
 
-def collect_modules() -> list[tuple[str, str, bool]]:
+def collect_modules(schema: str = "sabre") -> list[tuple[str, str, bool]]:
     """(name, source, is_package) rows for ``<schema>.modules``.
 
     The client's ``sabre_pg/__init__.py`` is not shipped (it may import client-only
@@ -173,6 +173,7 @@ def collect_modules() -> list[tuple[str, str, bool]]:
     rows = [("sabre_pg", f"__version__ = {sabre_pg.__version__!r}\n", True)]
     rows += _tree_modules(CORE_DIR, "sabre_pg.core")
     rows += _tree_modules(PLPYTHON_DIR, "sabre_plpy")
+    rows.append(("sabre_plpy._installed", "SCHEMA = %r\n" % check_schema_name(schema), False))
     rows.append((LOADER_MODULE, LOADER_SOURCE, False))
     return rows
 
@@ -197,7 +198,7 @@ def source_hash(schema: str = "sabre") -> str:
     h = hashlib.sha256(sabre_pg.__version__.encode())
     for f in sql_files():
         h.update(f.name.encode() + b"\0" + render_sql(f.read_text(encoding="utf-8"), schema).encode() + b"\0")
-    for name, src, pkg in collect_modules():
+    for name, src, pkg in collect_modules(schema):
         h.update(f"{name}\0{int(pkg)}\0".encode() + src.encode() + b"\0")
     return h.hexdigest()
 
@@ -240,7 +241,7 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """Install or upgrade sabre-pg in ``schema``, in one transaction. Returns version and build_id."""
     q = sql.Identifier(check_schema_name(schema))
     files = sql_files()
-    modules = collect_modules()
+    modules = collect_modules(schema)
     digest = source_hash(schema)
     _require_superuser(conn, "install")
     if not conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u'").fetchone():
@@ -250,6 +251,8 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
         )
     build_id = uuid.uuid4().hex
     with conn.transaction():
+        # objects created below resolve names without the caller's schemas
+        conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
         conn.execute("CREATE EXTENSION IF NOT EXISTS plpython3u")
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(q))
         for f in files:
