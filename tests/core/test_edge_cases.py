@@ -137,7 +137,7 @@ def test_n_below_k_raises():
     qis, codes, dom = numeric_table(10)
     with pytest.raises(ValueError, match="k = 11 exceeds the 10 tuples"):
         anonymize(qis, codes, dom, 0.5, k=11)
-    with pytest.raises(ValueError, match="fewer than k"):
+    with pytest.raises(ValueError, match="k = 6 exceeds the 5 tuples"):
         ec_size(np.array([3, 2]), None, 0.0, 0.5, k=6)
 
 
@@ -177,8 +177,8 @@ def test_invalid_k(k):
     qis, codes, dom = numeric_table(10)
     with pytest.raises(ValueError, match=r"k must be an integer >= 1"):
         anonymize(qis, codes, dom, 0.5, k=k)
-    with pytest.raises(ValueError, match="k must be >= 1"):
-        ec_size(np.array([3, 2]), None, 0.0, 0.5, k=0)
+    with pytest.raises(ValueError, match=r"k must be an integer >= 1"):
+        ec_size(np.array([3, 2]), None, 0.0, 0.5, k=k)
 
 
 def test_invalid_method_and_takeout():
@@ -215,9 +215,9 @@ def test_census_like_data():
         check(r, 3000, 5)
         assert r.emds.max() <= 0.15 + 1e-9
         assert r.n_classes > 10
-        s = r.summary(k=5)
-        assert s["rows"] == 3000 and s["max_emd"] == pytest.approx(r.emds.max())
-        assert 0 <= s["ail"] <= 1
+        measures = r.metrics()
+        assert measures["rows"] == 3000 and measures["max_emd"] == pytest.approx(r.emds.max())
+        assert 0 <= measures["ail"] <= 1
 
 
 def test_bucket_emd_single_bucket_is_zero():

@@ -283,12 +283,12 @@ def test_bucket_emd_numerical_upper_bound_and_exactness():
         for i, a in enumerate(bz.buckets):
             for j, b in enumerate(bz.buckets):
                 du = 0.0 if i == j else max(abs(x - z) for x in a.codes for z in b.codes) / (m - 1)
-                assert be.D[i, j] == pytest.approx(du)
+                assert be.distance[i, j] == pytest.approx(du)
         y = y_counts / y_counts.sum()
         X = random_count_vectors(rng, y_counts, 5)
         got = be(X)
         for x, g in zip(X, got):
-            lp = lp_emd(x / x.sum(), y, be.D)
+            lp = lp_emd(x / x.sum(), y, be.distance)
             assert g >= lp - 1e-9
             total += 1
             exact += abs(g - lp) <= 1e-9
@@ -312,7 +312,7 @@ def test_bucket_emd_categorical_exact(h, seed, t):
     B = bz.n_buckets
     Du = np.array([[0.0 if i == j else D[a.lo:a.hi, b.lo:b.hi].max()
                     for j, b in enumerate(bz.buckets)] for i, a in enumerate(bz.buckets)])
-    assert np.allclose(be.D, Du)
+    assert np.allclose(be.distance, Du)
     y = y_counts / y_counts.sum()
     X = random_count_vectors(rng, y_counts, 4)
     got = be(X)
