@@ -3,7 +3,7 @@
 One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 2011):
 
 ========================  =================================================
-``parameters``            the privacy parameters t and k: ``check_t``, ``check_k``
+``parameters``            t, k (and look-ahead): ``check_t``, ``check_k``, ``check_lookahead``
 ``hierarchy``             generalization hierarchies H (ARX format)
 ``emd``                   §3.1 ordered / hierarchical EMD, SA domain
 ``buckets``               §4.2 bucketCat, bucketNum, CET^U (Theorems 2, 3)

@@ -65,32 +65,9 @@ class Hierarchy:
     def __init__(self, rows, name: str | None = None):
         self.name = name
         rows = [list(r) for r in rows]
-        if not rows:
-            raise HierarchyError("hierarchy %s has no rows" % self._nm())
+        self._check_rows(rows)
         width = len(rows[0])
-        for i, r in enumerate(rows):
-            if len(r) != width:
-                raise HierarchyError(
-                    "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"
-                    % (self._nm(), i + 1, len(r), width, ";".join(r)))
-            for j, lab in enumerate(r):
-                if lab == "":
-                    raise HierarchyError("hierarchy %s: row %d has an empty label in column %d"
-                                         % (self._nm(), i + 1, j + 1))
         self.height = height = width - 1
-        root = rows[0][-1]
-        for i, r in enumerate(rows):
-            if r[-1] != root:
-                raise HierarchyError(
-                    "hierarchy %s: two roots, '%s' (row 1) and '%s' (row %d)"
-                    % (self._nm(), root, r[-1], i + 1))
-        seen_leaf: dict[str, int] = {}
-        for i, r in enumerate(rows):
-            if r[0] in seen_leaf:
-                raise HierarchyError(
-                    "hierarchy %s: leaf '%s' appears twice (rows %d and %d)"
-                    % (self._nm(), r[0], seen_leaf[r[0]] + 1, i + 1))
-            seen_leaf[r[0]] = i
         # one parent per node; first appearance of every node
         parent_of: dict[tuple[int, str], tuple[str, int]] = {}
         first: dict[tuple[int, str], int] = {}
@@ -143,6 +120,34 @@ class Hierarchy:
         self.parent = parent
         self.root = int(anc[0, height])
         self.node_id = node_id
+
+    def _check_rows(self, rows) -> None:
+        """Rows of one width, no empty label, one root, every leaf once."""
+        if not rows:
+            raise HierarchyError("hierarchy %s has no rows" % self._nm())
+        width = len(rows[0])
+        root = rows[0][-1]
+        seen_leaf: dict[str, int] = {}
+        for i, r in enumerate(rows):
+            if len(r) != width:
+                raise HierarchyError(
+                    "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"
+                    % (self._nm(), i + 1, len(r), width, ";".join(r)))
+            for j, lab in enumerate(r):
+                if lab == "":
+                    raise HierarchyError("hierarchy %s: row %d has an empty label in column %d"
+                                         % (self._nm(), i + 1, j + 1))
+        for i, r in enumerate(rows):
+            if r[-1] != root:
+                raise HierarchyError(
+                    "hierarchy %s: two roots, '%s' (row 1) and '%s' (row %d)"
+                    % (self._nm(), root, r[-1], i + 1))
+        for i, r in enumerate(rows):
+            if r[0] in seen_leaf:
+                raise HierarchyError(
+                    "hierarchy %s: leaf '%s' appears twice (rows %d and %d)"
+                    % (self._nm(), r[0], seen_leaf[r[0]] + 1, i + 1))
+            seen_leaf[r[0]] = i
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -1,4 +1,5 @@
-"""The privacy parameters t and k: the one check of each, shared by every core entry point.
+"""The privacy parameters t and k: the one check of each, shared by every core entry point
+(and of the bucketization look-ahead).
 
 * t, the closeness threshold (§3): every equivalence class must have EMD <= t to the table,
   so 0 < t <= 1 (EMD is at most 1 under the normalized ground distances).  NaN, infinities,
@@ -37,24 +38,35 @@ def check_t(t) -> float:
     return value
 
 
+def _integer(x) -> int | None:
+    """``int(x)`` for an integer or an integral real number (``6.0``), else None."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    real = _real(x)
+    return int(real) if real is not None and real.is_integer() else None    # NaN, inf: None
+
+
 def check_k(k, n: int | None = None) -> int:
     """k as an int if it is an integer >= 1 (and, given the table size n, k <= n).
 
     Raises ``ValueError``: ``"k must be an integer >= 1, got ..."``; with n,
     ``"the table is empty"`` for n = 0 and ``"k = 7 exceeds the 5 tuples of the table"``.
     """
-    if isinstance(k, numbers.Integral) and not isinstance(k, bool):
-        value = int(k)
-    else:
-        real = _real(k)
-        value = int(real) if real is not None and real.is_integer() else 0   # NaN, inf: 0
-    if value < 1:
+    value = _integer(k)
+    if value is None or value < 1:
         raise ValueError("%s, got %r" % (K_RULE, k))
-    k = value
     if n is not None:
         n = int(n)
         if n == 0:
             raise ValueError(EMPTY_TABLE)
-        if k > n:
-            raise ValueError("k = %d exceeds the %d tuples of the table" % (k, n))
-    return k
+        if value > n:
+            raise ValueError("k = %d exceeds the %d tuples of the table" % (value, n))
+    return value
+
+
+def check_lookahead(lookahead) -> int:
+    """The bucketization look-ahead (``sabre.plan_from_counts``) as an int >= 0."""
+    value = _integer(lookahead)
+    if value is None or value < 0:
+        raise ValueError("lookahead must be an integer >= 0, got %r" % (lookahead,))
+    return value

@@ -17,7 +17,7 @@ from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical
 from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
-from .parameters import check_k, check_t
+from .parameters import check_k, check_lookahead, check_t
 from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
@@ -144,8 +144,7 @@ def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
     ``LOOKAHEAD_GAIN`` times as many classes as the current choice.
     ``lookahead=0`` is the paper's rule.
     """
-    if isinstance(lookahead, bool) or int(lookahead) != lookahead or lookahead < 0:
-        raise ValueError("lookahead must be an integer >= 0, got %r" % (lookahead,))
+    lookahead = check_lookahead(lookahead)
     counts = np.asarray(counts, dtype=np.int64)
     if len(counts) != domain.m:
         raise ValueError("the SA frequencies have %d counts for %d SA values"

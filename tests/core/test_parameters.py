@@ -11,7 +11,7 @@ import pytest
 from sabre_pg.core import buckets as bk
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
-from sabre_pg.core.parameters import check_k, check_t
+from sabre_pg.core.parameters import check_k, check_lookahead, check_t
 from sabre_pg.core.redistribute import BucketEMD, ec_count, ec_size
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 
@@ -107,3 +107,20 @@ def test_every_entry_point_checks_k_the_same_way(name, k, message):
 @pytest.mark.parametrize("name", list(_entry_points()))
 def test_every_entry_point_accepts_valid_t_and_k(name):
     _entry_points()[name](0.5, 20)                   # k = n: one class, allowed
+
+
+@pytest.mark.parametrize("lookahead, want", [(0, 0), (4, 4), (np.int64(2), 2), (3.0, 3)])
+def test_check_lookahead_accepts(lookahead, want):
+    assert check_lookahead(lookahead) == want
+
+
+@pytest.mark.parametrize("lookahead", [-1, 1.5, math.nan, None, True, "2"])
+def test_check_lookahead_rejects(lookahead):
+    with pytest.raises(ValueError) as e:
+        check_lookahead(lookahead)
+    assert str(e.value) == "lookahead must be an integer >= 0, got %r" % (lookahead,)
+    qis, codes, counts, domain, _, _ = _table()
+    with pytest.raises(ValueError, match="^lookahead must be an integer >= 0"):
+        plan_from_counts(counts, domain, 0.5, 2, lookahead)
+    with pytest.raises(ValueError, match="^lookahead must be an integer >= 0"):
+        anonymize(qis, codes, domain, 0.5, 2, lookahead=lookahead)

@@ -1,4 +1,4 @@
-"""The plan (bucketization + EC-size tree) made from the SA frequency summary alone, before
+"""The SA plan (bucketization + EC-size tree) made from the SA frequencies alone, before
 any tuple is read, as the database does with a GROUP BY."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def data():
 
 
 @pytest.mark.parametrize("t,k,lookahead", [(0.2, 4, 4), (0.35, 6, 0), (0.5, 10, 2)])
-def test_summary_plan_gives_the_same_result(data, t, k, lookahead):
+def test_sa_plan_gives_the_same_result(data, t, k, lookahead):
     qis, codes, dom = data
     counts = np.bincount(codes, minlength=dom.m)
     sa_plan = plan_from_counts(counts, dom, t, k, lookahead)
@@ -29,7 +29,7 @@ def test_summary_plan_gives_the_same_result(data, t, k, lookahead):
     assert a.metrics()["aecs_normalized"] == pytest.approx(len(codes) / a.n_classes / k)
 
 
-def test_codes_must_match_the_summary(data):
+def test_codes_must_match_the_sa_plan(data):
     qis, codes, dom = data
     counts = np.bincount(codes, minlength=dom.m)
     counts[0] += 1                                   # a tuple the read did not see
