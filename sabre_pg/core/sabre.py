@@ -190,8 +190,9 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     the tuples were read (the database computes them with a GROUP BY); the codes must have
     exactly its counts.  Without it the plan is made here (``lookahead`` as there).
 
-    ``phases`` of the result: seconds per phase (a given plan's bucketize and redistribute
-    included) and ``total``, the wall time of this call.
+    ``phases`` of the result: seconds per phase of this call and ``total``, its wall time.
+    A plan made here adds its bucketize and redistribute; a given plan's stay in its own
+    ``phases`` (they were spent before the call), so a caller adds both without counting twice.
     """
     sa_codes = np.asarray(sa_codes, dtype=np.int64)
     n = len(sa_codes)
@@ -200,10 +201,10 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     counts = np.bincount(sa_codes, minlength=domain.m)
     if sa_plan is None:
         sa_plan = plan_from_counts(counts, domain, t, k, lookahead)
+        stopwatch.merge(sa_plan.phases)
     elif not np.array_equal(sa_plan.counts, counts):
         raise ValueError("the SA codes do not have the frequencies the plan was made from "
                          "(%d tuples against %d)" % (n, int(sa_plan.counts.sum())))
-    stopwatch.merge(sa_plan.phases)
     bucketization, plan = sa_plan.buckets, sa_plan.plan
     with stopwatch.phase("redistribute"):
         bucket = bucketization.bucket_of_code()[sa_codes]

@@ -15,36 +15,33 @@ from sabre_pg.core.parameters import check_k, check_lookahead, check_t
 from sabre_pg.core.redistribute import BucketEMD, ec_count, ec_size
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 
+RULES = {check_t: "t must satisfy 0 < t <= 1", check_k: "k must be an integer >= 1",
+         check_lookahead: "lookahead must be an integer >= 0"}
 BAD_T = [0, 0.0, -0.1, 1.0000001, 2, math.nan, math.inf, -math.inf, None, "0.3", True,
          Decimal("NaN"), Decimal("0"), 1j]
 BAD_K = [0, -1, 1.5, math.nan, math.inf, None, "3", True, np.float64(2.5), Decimal("NaN")]
+BAD_LOOKAHEAD = [-1, 1.5, math.nan, None, True, "2"]
 
 
-@pytest.mark.parametrize("t, want", [(1e-9, 1e-9), (0.5, 0.5), (1, 1.0), (np.float64(0.3), 0.3),
-                                     (Decimal("0.25"), 0.25), (Fraction(1, 3), 1 / 3)])
-def test_check_t_accepts(t, want):
-    got = check_t(t)
-    assert type(got) is float and got == want
+@pytest.mark.parametrize("check, value, want", [
+    (check_t, 1e-9, 1e-9), (check_t, 0.5, 0.5), (check_t, 1, 1.0), (check_t, np.float64(0.3), 0.3),
+    (check_t, Decimal("0.25"), 0.25), (check_t, Fraction(1, 3), 1 / 3),
+    (check_k, 1, 1), (check_k, 6, 6), (check_k, np.int64(3), 3), (check_k, 6.0, 6),
+    (check_k, Decimal(4), 4),
+    (check_lookahead, 0, 0), (check_lookahead, 4, 4), (check_lookahead, np.int64(2), 2),
+    (check_lookahead, 3.0, 3),
+])
+def test_check_accepts(check, value, want):
+    got = check(value)
+    assert type(got) is type(want) and got == want
 
 
-@pytest.mark.parametrize("t", BAD_T)
-def test_check_t_rejects(t):
+@pytest.mark.parametrize("check, value", [(check_t, v) for v in BAD_T] + [(check_k, v) for v in BAD_K]
+                         + [(check_lookahead, v) for v in BAD_LOOKAHEAD])
+def test_check_rejects(check, value):
     with pytest.raises(ValueError) as e:
-        check_t(t)
-    assert str(e.value) == "t must satisfy 0 < t <= 1, got %r" % (t,)
-
-
-@pytest.mark.parametrize("k, want", [(1, 1), (6, 6), (np.int64(3), 3), (6.0, 6), (Decimal(4), 4)])
-def test_check_k_accepts(k, want):
-    got = check_k(k)
-    assert type(got) is int and got == want
-
-
-@pytest.mark.parametrize("k", BAD_K)
-def test_check_k_rejects(k):
-    with pytest.raises(ValueError) as e:
-        check_k(k)
-    assert str(e.value) == "k must be an integer >= 1, got %r" % (k,)
+        check(value)
+    assert str(e.value) == "%s, got %r" % (RULES[check], value)
 
 
 def test_check_k_against_the_table_size():
@@ -109,16 +106,8 @@ def test_every_entry_point_accepts_valid_t_and_k(name):
     _entry_points()[name](0.5, 20)                   # k = n: one class, allowed
 
 
-@pytest.mark.parametrize("lookahead, want", [(0, 0), (4, 4), (np.int64(2), 2), (3.0, 3)])
-def test_check_lookahead_accepts(lookahead, want):
-    assert check_lookahead(lookahead) == want
-
-
-@pytest.mark.parametrize("lookahead", [-1, 1.5, math.nan, None, True, "2"])
-def test_check_lookahead_rejects(lookahead):
-    with pytest.raises(ValueError) as e:
-        check_lookahead(lookahead)
-    assert str(e.value) == "lookahead must be an integer >= 0, got %r" % (lookahead,)
+@pytest.mark.parametrize("lookahead", BAD_LOOKAHEAD)
+def test_every_entry_point_checks_lookahead(lookahead):
     qis, codes, counts, domain, _, _ = _table()
     with pytest.raises(ValueError, match="^lookahead must be an integer >= 0"):
         plan_from_counts(counts, domain, 0.5, 2, lookahead)
