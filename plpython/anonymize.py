@@ -13,6 +13,7 @@ with ``search_path = pg_catalog, pg_temp``; the source arrives as an OID.
 """
 from __future__ import annotations
 
+from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
@@ -48,9 +49,11 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
 
 def _plan(req, summary):
     """Bucketization and ECSize on the SA summary (fails fast when k cannot be met)."""
-    if req.k > summary.rows:
-        raise E.invalid_parameter("k = %d exceeds the %d rows of the source" % (req.k, summary.rows),
-                                  "Every equivalence class needs at least k rows: choose k <= %d." % summary.rows)
+    try:
+        check_k(req.k, summary.rows)
+    except ValueError as e:
+        raise E.invalid_parameter(str(e), "Every equivalence class needs at least k rows: choose k <= %d."
+                                  % summary.rows)
     try:
         return plan_from_counts(summary.counts, summary.domain(), req.t, req.k, req.options.lookahead)
     except ValueError as e:
@@ -62,7 +65,7 @@ def _engine(req, data, summary, plan, hierarchies):
     try:
         return anonymize(qis, data.sa_codes, summary.domain(), req.t, req.k, method=req.method,
                          seed=req.options.seed, takeout=req.options.takeout, weights=req.options.weights,
-                         summary=plan)
+                         sa_plan=plan)
     except ValueError as e:
         raise E.invalid_parameter(str(e), ENGINE_HINT)
 
@@ -81,7 +84,7 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
     with clock.phase("swap"):
         publish.swap(plpy, req, run, prev, {"": out, "_classes": classes, "_keys": keys_table})
         publish.comment(plpy, req, run)
-    metrics = result.summary(req.k)
+    metrics = result.metrics()
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t,
              "k": req.k, "method": req.method, "options": req.options.given, "rows": int(written.sizes.sum()),
              "classes": written.classes, "buckets": metrics["buckets"], "u": metrics["U"],

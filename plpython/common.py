@@ -9,17 +9,14 @@ names reach this code as OIDs or are resolved explicitly.
 from __future__ import annotations
 
 import json
-import math
 
-import numpy as np
-
-from sabre_pg.core.hierarchy import Hierarchy, HierarchyError  # noqa: F401 (re-export)
+from sabre_pg.core import parameters
+from sabre_pg.core.hierarchy import Hierarchy
 
 from . import errors as E
 from ._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
-from .errors import (BAD_FILE_FORMAT, DATATYPE_MISMATCH, DUPLICATE_COLUMN, DUPLICATE_TABLE,  # noqa: F401
-                     INVALID_NAME, INVALID_PARAMETER, NULL_NOT_ALLOWED, UNDEFINED_COLUMN,
-                     UNDEFINED_OBJECT, UNDEFINED_TABLE)
+from .errors import (DATATYPE_MISMATCH, INVALID_PARAMETER, NULL_NOT_ALLOWED,  # noqa: F401 (used as C.*)
+                     UNDEFINED_COLUMN, UNDEFINED_OBJECT)
 
 NUMERICAL_CATEGORIES = ("N", "D", "T")   # numeric, date/time, timespan
 CATEGORICAL_CATEGORIES = ("S", "B", "E")  # string, boolean, enum
@@ -50,22 +47,24 @@ def catalog(name: str) -> str:
 
 
 def check_t(t, hint: str):
-    """0 < t <= 1, a number (NULL: 22004; NaN and the rest: 22023); one rule for every entry point."""
+    """The core's rule for t (0 < t <= 1; NaN refused) as a PostgreSQL error: NULL 22004,
+    the rest 22023; one check for every entry point."""
     if t is None:
         raise E.null_not_allowed("t must not be NULL", hint)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) \
-            or not 0 < t <= 1:
-        raise E.invalid_parameter("t must satisfy 0 < t <= 1, got %s" % t, hint)
-    return float(t)
+    try:
+        return parameters.check_t(t)
+    except ValueError as e:
+        raise E.invalid_parameter(str(e), hint)
 
 
 def check_k(k, hint: str):
-    """k >= 1, an integer (NULL: 22004); one rule for every entry point."""
+    """The core's rule for k (an integer >= 1) as a PostgreSQL error, like :func:`check_t`."""
     if k is None:
         raise E.null_not_allowed("k must not be NULL", hint)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise E.invalid_parameter("k must be at least 1, got %s" % k, hint)
-    return int(k)
+    try:
+        return parameters.check_k(k)
+    except ValueError as e:
+        raise E.invalid_parameter(str(e), hint)
 
 
 def relation_info(plpy, oid: int) -> dict:

@@ -113,7 +113,7 @@ def run_mondrian(conn, source: str, quasi_identifiers, sensitive: str, t: float,
             gen_in.append((q, v, None))
         else:
             h = (load_hierarchy(conn, hierarchies[q], sabre_schema) if q in hierarchies
-                 else Hierarchy.flat(sorted({str(x) for x in columns[j]}), name=q))
+                 else Hierarchy.flat(columns[j], name=q))
             pos = h.codes([str(x) for x in columns[j]])
             qi_arrays[q] = pos
             gen_in.append((q, pos, h))

@@ -3,6 +3,7 @@
 One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 2011):
 
 ========================  =================================================
+``parameters``            t, k (and look-ahead): ``check_t``, ``check_k``, ``check_lookahead``
 ``hierarchy``             generalization hierarchies H (ARX format)
 ``emd``                   §3.1 ordered / hierarchical EMD, SA domain
 ``buckets``               §4.2 bucketCat, bucketNum, CET^U (Theorems 2, 3)
@@ -11,6 +12,7 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``takeout``               §4.4 takeOut: AK, KNN, Hilbert-order sweep
 ``generalize``            EC generalization: ranges and LCAs
 ``metrics``               §3.2/§6 IL, AIL, closeness, discernibility, AECS
-``sabre``                 the pipeline (Algorithm 1)
+``sabre``                 the pipeline (Algorithm 1): ``SAPlan``, ``anonymize``
+``stopwatch``             ``PHASES`` and the ``Stopwatch`` that times them
 ========================  =================================================
 """

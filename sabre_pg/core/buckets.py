@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .emd import SADomain
+from .parameters import check_t
 
 
 @dataclass
@@ -141,6 +142,7 @@ def _greedy(root: Bucket, candidate, t: float, dom: SADomain, q: np.ndarray, loo
     """The greedy loop shared by bucketNum and bucketCat: split the bucket with the largest
     reduction dv of U (``candidate(b)`` -> (dv, children) or None) until U < t, then go on
     for up to ``lookahead`` more splits.  Returns every bucketization with U < t on the way."""
+    t = check_t(t)
     buckets = [root]
     cand = {id(root): candidate(root)}
     U = root.bound

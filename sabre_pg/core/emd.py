@@ -44,7 +44,7 @@ class _TreePlan:
     """Per-hierarchy arrays for the vectorized hierarchical EMD (cached on the hierarchy)."""
 
     def __init__(self, h: Hierarchy):
-        self.H = h.height
+        self.height = h.height
         self.levels = []
         for lvl in range(1, h.height + 1):
             nodes = np.flatnonzero(h.level == lvl)
@@ -72,15 +72,15 @@ def hierarchical_emd(p, q, hierarchy: Hierarchy) -> np.ndarray | float:
     plan = _plan(hierarchy)
     lead = d.shape[:-1]
     d2 = d.reshape(-1, d.shape[-1])
-    S = np.zeros((d2.shape[0], d2.shape[1] + 1))
-    np.cumsum(d2, axis=1, out=S[:, 1:])
+    cumulative = np.zeros((d2.shape[0], d2.shape[1] + 1))     # prefix sums of p - q
+    np.cumsum(d2, axis=1, out=cumulative[:, 1:])
     total = np.zeros(d2.shape[0])
-    if plan.H:
+    if plan.height:
         for lvl, klo, khi, starts in plan.levels:
-            extra = S[:, khi] - S[:, klo]                   # extra() of every node one level down
+            extra = cumulative[:, khi] - cumulative[:, klo]                   # extra() of every node one level down
             pos = np.add.reduceat(np.maximum(extra, 0.0), starts, axis=1)
             neg = np.add.reduceat(np.maximum(-extra, 0.0), starts, axis=1)
-            total += (lvl / plan.H) * np.minimum(pos, neg).sum(axis=1)
+            total += (lvl / plan.height) * np.minimum(pos, neg).sum(axis=1)
     out = total.reshape(lead)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -137,36 +137,37 @@ def class_emds(ec: np.ndarray, codes: np.ndarray, domain: SADomain,
                chunk_cells: int = 500_000, order: np.ndarray | None = None) -> np.ndarray:
     """EMD of every class against the table distribution ``q`` (default: of ``codes``).
 
-    ``ec[i]`` is tuple i's class id in 0..C-1, ``codes[i]`` its SA code; ``order`` (optional)
-    lists the tuples sorted by class, as ``generalize.ECIndex.order`` does.  Class x value
-    count matrices of at most ``chunk_cells`` cells are evaluated densely; a numerical SA
-    whose matrix would exceed 16 cells per tuple uses the sparse O(n log m) path instead.
+    ``ec[i]`` is tuple i's class id in 0..n_classes-1, ``codes[i]`` its SA code; ``order``
+    (optional) lists the tuples sorted by class, as ``generalize.ECIndex.order`` does.
+    Class x value count matrices of at most ``chunk_cells`` cells are evaluated densely; a
+    numerical SA whose matrix would exceed 16 cells per tuple uses the sparse O(n log m) path.
     """
     ec = np.asarray(ec, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
     m = domain.m
-    C = int(ec.max()) + 1 if n_classes is None else int(n_classes)
+    if n_classes is None:
+        n_classes = int(ec.max()) + 1
     if q is None:
         q = np.bincount(codes, minlength=m) / len(codes)
-    sizes = np.bincount(ec, minlength=C).astype(np.float64)
-    if domain.numerical and C * m > max(chunk_cells, 16 * len(ec)):
-        return _ordered_class_emds_sparse(ec, codes, m, C, q, sizes)
-    out = np.empty(C)
+    sizes = np.bincount(ec, minlength=n_classes).astype(np.float64)
+    if domain.numerical and n_classes * m > max(chunk_cells, 16 * len(ec)):
+        return _ordered_class_emds_sparse(ec, codes, m, n_classes, q, sizes)
+    out = np.empty(n_classes)
     step = max(1, chunk_cells // max(m, 1))
     if order is None:
         order = np.argsort(ec, kind="stable")
     ec_s, codes_s = ec[order], codes[order]
-    bounds = np.searchsorted(ec_s, np.arange(0, C + step, step))
-    for c0 in range(0, C, step):
-        c1 = min(C, c0 + step)
+    bounds = np.searchsorted(ec_s, np.arange(0, n_classes + step, step))
+    for c0 in range(0, n_classes, step):
+        c1 = min(n_classes, c0 + step)
         a, b = bounds[c0 // step], bounds[c0 // step + 1]
         cnt = np.bincount((ec_s[a:b] - c0) * m + codes_s[a:b], minlength=(c1 - c0) * m)
-        P = cnt.reshape(c1 - c0, m) / np.maximum(sizes[c0:c1, None], 1.0)
-        out[c0:c1] = domain.emd(P, q[None, :])
+        distributions = cnt.reshape(c1 - c0, m) / np.maximum(sizes[c0:c1, None], 1.0)
+        out[c0:c1] = domain.emd(distributions, q[None, :])
     return out
 
 
-def _ordered_class_emds_sparse(ec, codes, m, C, q, sizes):
+def _ordered_class_emds_sparse(ec, codes, m, n_classes, q, sizes):
     """Exact ordered EMD per class in O(n log m) without a dense class x value matrix.
 
     Per class, F_P (its CDF) is a step function that is constant between consecutive distinct
@@ -174,9 +175,9 @@ def _ordered_class_emds_sparse(ec, codes, m, C, q, sizes):
     with one binary search and prefix sums of F_Q.
     """
     if m <= 1:
-        return np.zeros(C)
-    FQ = np.cumsum(q)[:-1]                      # F_Q(i) for i = 0..m-2
-    pre = np.concatenate(([0.0], np.cumsum(FQ)))  # pre[i] = sum_{j<i} FQ[j]
+        return np.zeros(n_classes)
+    cdf_q = np.cumsum(q)[:-1]                      # F_Q(i) for i = 0..m-2
+    pre = np.concatenate(([0.0], np.cumsum(cdf_q)))  # pre[i] = sum_{j<i} cdf_q[j]
     # distinct (class, code) pairs with counts, sorted by class then code
     key = ec * m + codes
     uk, cnt = np.unique(key, return_counts=True)
@@ -195,8 +196,8 @@ def _ordered_class_emds_sparse(ec, codes, m, C, q, sizes):
     a = cod
     b = np.minimum(nxt, m - 1)                   # run is i in [a, b), with i <= m-2
     # the run before the class's first code: F_P = 0 on [0, first_code)
-    total = np.zeros(C)
-    s = np.clip(np.searchsorted(FQ, c, side="left"), a, b)   # i < s: FQ < c
+    total = np.zeros(n_classes)
+    s = np.clip(np.searchsorted(cdf_q, c, side="left"), a, b)   # i < s: cdf_q < c
     seg = c * (s - a) - (pre[s] - pre[a]) + (pre[b] - pre[s]) - c * (b - s)
     np.add.at(total, cls, seg)
     total[cls[first]] += pre[cod[first]]        # sum_{i < first code} |0 - F_Q(i)|

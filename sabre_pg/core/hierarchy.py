@@ -32,6 +32,21 @@ def parse_arx(text: str, delimiter: str = ";") -> list[list[str]]:
     return rows
 
 
+FLAT_ROOT = "*"
+FLAT_ROOT_IF_STAR = "(any)"
+
+
+def flat_root_label(values) -> str:
+    """The root label of the flat hierarchy over ``values``: ``*``; ``(any)`` when ``*`` is a
+    value; when both are values, the first of ``(any 2)``, ``(any 3)``, ... that is not."""
+    taken = {str(v) for v in values}
+    label, i = FLAT_ROOT, 1
+    while label in taken:
+        label = FLAT_ROOT_IF_STAR if i == 1 else "(any %d)" % i
+        i += 1
+    return label
+
+
 class Hierarchy:
     """A validated generalization hierarchy.
 
@@ -50,32 +65,9 @@ class Hierarchy:
     def __init__(self, rows, name: str | None = None):
         self.name = name
         rows = [list(r) for r in rows]
-        if not rows:
-            raise HierarchyError("hierarchy %s has no rows" % self._nm())
+        self._check_rows(rows)
         width = len(rows[0])
-        for i, r in enumerate(rows):
-            if len(r) != width:
-                raise HierarchyError(
-                    "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"
-                    % (self._nm(), i + 1, len(r), width, ";".join(r)))
-            for j, lab in enumerate(r):
-                if lab == "":
-                    raise HierarchyError("hierarchy %s: row %d has an empty label in column %d"
-                                         % (self._nm(), i + 1, j + 1))
-        self.height = H = width - 1
-        root = rows[0][-1]
-        for i, r in enumerate(rows):
-            if r[-1] != root:
-                raise HierarchyError(
-                    "hierarchy %s: two roots, '%s' (row 1) and '%s' (row %d)"
-                    % (self._nm(), root, r[-1], i + 1))
-        seen_leaf: dict[str, int] = {}
-        for i, r in enumerate(rows):
-            if r[0] in seen_leaf:
-                raise HierarchyError(
-                    "hierarchy %s: leaf '%s' appears twice (rows %d and %d)"
-                    % (self._nm(), r[0], seen_leaf[r[0]] + 1, i + 1))
-            seen_leaf[r[0]] = i
+        self.height = height = width - 1
         # one parent per node; first appearance of every node
         parent_of: dict[tuple[int, str], tuple[str, int]] = {}
         first: dict[tuple[int, str], int] = {}
@@ -83,7 +75,7 @@ class Hierarchy:
             for j in range(width):
                 key = (j, r[j])
                 first.setdefault(key, i)
-                if j < H:
+                if j < height:
                     p = parent_of.get(key)
                     if p is None:
                         parent_of[key] = (r[j + 1], i)
@@ -94,16 +86,16 @@ class Hierarchy:
                             % (self._nm(), what, r[j], p[0], p[1] + 1, r[j + 1], i + 1))
         # pre-order of leaves: sort rows by first appearance of ancestors, top-down
         order = sorted(range(len(rows)),
-                       key=lambda i: tuple(first[(j, rows[i][j])] for j in range(H - 1, -1, -1)))
+                       key=lambda i: tuple(first[(j, rows[i][j])] for j in range(height - 1, -1, -1)))
         self.rows = [rows[i] for i in order]
         self.leaves = [r[0] for r in self.rows]
         self.leaf_pos = {lab: p for p, lab in enumerate(self.leaves)}
         n = len(self.rows)
         # nodes level by level in pre-order
         labels, level, lo, hi = [], [], [], []
-        anc = np.empty((n, H + 1), dtype=np.int64)
+        anc = np.empty((n, height + 1), dtype=np.int64)
         node_id: dict[tuple[int, str], int] = {}
-        for j in range(H + 1):
+        for j in range(height + 1):
             for p, r in enumerate(self.rows):
                 key = (j, r[j])
                 nid = node_id.get(key)
@@ -123,11 +115,39 @@ class Hierarchy:
         self.leaf_count = self.hi - self.lo
         self.anc = anc
         parent = np.full(len(labels), -1, dtype=np.int64)
-        for j in range(H):
+        for j in range(height):
             parent[anc[:, j]] = anc[:, j + 1]
         self.parent = parent
-        self.root = int(anc[0, H])
+        self.root = int(anc[0, height])
         self.node_id = node_id
+
+    def _check_rows(self, rows) -> None:
+        """Rows of one width, no empty label, one root, every leaf once."""
+        if not rows:
+            raise HierarchyError("hierarchy %s has no rows" % self._nm())
+        width = len(rows[0])
+        root = rows[0][-1]
+        seen_leaf: dict[str, int] = {}
+        for i, r in enumerate(rows):
+            if len(r) != width:
+                raise HierarchyError(
+                    "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"
+                    % (self._nm(), i + 1, len(r), width, ";".join(r)))
+            for j, lab in enumerate(r):
+                if lab == "":
+                    raise HierarchyError("hierarchy %s: row %d has an empty label in column %d"
+                                         % (self._nm(), i + 1, j + 1))
+        for i, r in enumerate(rows):
+            if r[-1] != root:
+                raise HierarchyError(
+                    "hierarchy %s: two roots, '%s' (row 1) and '%s' (row %d)"
+                    % (self._nm(), root, r[-1], i + 1))
+        for i, r in enumerate(rows):
+            if r[0] in seen_leaf:
+                raise HierarchyError(
+                    "hierarchy %s: leaf '%s' appears twice (rows %d and %d)"
+                    % (self._nm(), r[0], seen_leaf[r[0]] + 1, i + 1))
+            seen_leaf[r[0]] = i
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -135,16 +155,18 @@ class Hierarchy:
         return cls(parse_arx(text, delimiter), name=name)
 
     @classmethod
-    def flat(cls, values, root: str | None = None, name: str | None = None) -> "Hierarchy":
-        """Every leaf directly under one root: the equal ground distance."""
-        vals = [str(v) for v in values]
-        if root is None:
-            root = "*" if "*" not in vals else "(any)"
-        if not vals:
+    def flat(cls, values, name: str | None = None) -> "Hierarchy":
+        """Every value directly under one root: the equal ground distance.
+
+        The leaves are the distinct values as text (``str``), sorted by code point -- the same
+        set gives the same hierarchy (and the same leaf positions, hence Hilbert axes) whatever
+        the order or repetition it came in.  The root is labelled by :func:`flat_root_label`.
+        """
+        leaves = sorted({str(v) for v in values})
+        if not leaves:
             raise HierarchyError("a flat hierarchy needs at least one value")
-        if len(vals) == 1 and vals[0] == root:
-            return cls([[root]], name=name)
-        return cls([[v, root] for v in vals], name=name)
+        root = flat_root_label(leaves)
+        return cls([[leaf, root] for leaf in leaves], name=name)
 
     def _nm(self) -> str:
         return "'%s'" % self.name if self.name else "(unnamed)"

@@ -60,10 +60,10 @@ def hilbert_index(coords, bits: int) -> np.ndarray:
     if isinstance(coords, (list, tuple)):
         cols = [np.asarray(c) for c in coords]
     else:
-        C = np.asarray(coords)
-        if C.ndim != 2:
+        points = np.asarray(coords)
+        if points.ndim != 2:
             raise ValueError("coords must be (n, d)")
-        cols = [C[:, i] for i in range(C.shape[1])]
+        cols = [points[:, i] for i in range(points.shape[1])]
     d = len(cols)
     n = len(cols[0]) if d else 0
     if d > MAX_DIMS:
@@ -73,6 +73,7 @@ def hilbert_index(coords, bits: int) -> np.ndarray:
     if d == 1:
         return cols[0].astype(np.int64)
     dt = _word(bits)
+    # X (the coordinates) and P (the low-bit mask) as in Skilling's AxesToTranspose
     X = [np.array(c, dtype=dt) for c in cols]            # copies: transformed in place
     one = dt(1)
     t = np.empty(n, dtype=dt)

@@ -30,12 +30,12 @@ def il_categorical(g: CategoricalNode) -> np.ndarray:
 
 def il_per_class(ils, weights=None) -> np.ndarray:
     """IL(G) for every class from the per-attribute IL columns."""
-    M = np.column_stack(ils) if len(ils) else np.zeros((0, 0))
-    d = M.shape[1]
+    by_attribute = np.column_stack(ils) if len(ils) else np.zeros((0, 0))
+    d = by_attribute.shape[1]
     w = np.full(d, 1.0 / d) if weights is None else np.asarray(weights, dtype=np.float64)
     if len(w) != d:
         raise ValueError("%d weights for %d quasi-identifiers" % (len(w), d))
-    return M @ w
+    return by_attribute @ w
 
 
 def ail(il_classes: np.ndarray, sizes: np.ndarray) -> float:

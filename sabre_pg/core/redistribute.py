@@ -31,106 +31,109 @@ import numpy as np
 from .buckets import Bucketization
 from .emd import hierarchical_emd
 from .hierarchy import Hierarchy
+from .parameters import check_k, check_t
 
 EPS = 1e-12
 
 
-def dichotomize(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Halve count vectors (rows of V); odd counts give their extra tuple alternately to the
-    first and the second child, so the children's sizes differ by at most one."""
-    V = np.asarray(V, dtype=np.int64)
-    V2 = np.atleast_2d(V)
-    odd = V2 & 1
+def dichotomize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Halve count vectors (one, or the rows of a matrix); odd counts give their extra tuple
+    alternately to the first and the second child, so the children's sizes differ by at most one."""
+    vectors = np.asarray(vectors, dtype=np.int64)
+    rows = np.atleast_2d(vectors)
+    odd = rows & 1
     rank = np.cumsum(odd, axis=1) - odd           # 0-based rank of each odd entry in its row
     extra = odd * ((rank & 1) == 0)
-    c1 = (V2 >> 1) + extra
-    c2 = V2 - c1
-    if V.ndim == 1:
+    c1 = (rows >> 1) + extra
+    c2 = rows - c1
+    if vectors.ndim == 1:
         return c1[0], c2[0]
     return c1, c2
 
 
 class BucketEMD:
-    """EMD between bucket-count vectors and the table's bucket distribution under d^u."""
+    """EMD between bucket-count vectors and the table's bucket distribution under d^u.
 
-    def __init__(self, bz: Bucketization, table_counts: np.ndarray):
-        self.bz = bz
-        y = np.asarray(table_counts, dtype=np.float64)
-        self.y = y / y.sum()
-        self.B = len(bz.buckets)
-        dom = bz.domain
-        if dom.numerical:
-            lo = np.array([b.lo for b in bz.buckets], dtype=np.float64)
-            hi = np.array([b.hi - 1 for b in bz.buckets], dtype=np.float64)
-            span = max(dom.m - 1, 1)
-            D = (np.maximum(hi[:, None], hi[None, :]) - np.minimum(lo[:, None], lo[None, :])) / span
-            np.fill_diagonal(D, 0.0)
-            self.D = D
-            self.tree = None
+    ``distance[i, j]`` is d^u between buckets i and j; ``table_distribution`` the table's
+    share of tuples per bucket."""
+
+    def __init__(self, bucketization: Bucketization, table_counts: np.ndarray):
+        self.bucketization = bucketization
+        table_counts = np.asarray(table_counts, dtype=np.float64)
+        self.table_distribution = table_counts / table_counts.sum()
+        buckets = bucketization.buckets
+        self.n_buckets = len(buckets)
+        domain = bucketization.domain
+        self.tree = None
+        if domain.numerical:
+            lo = np.array([b.lo for b in buckets], dtype=np.float64)
+            hi = np.array([b.hi - 1 for b in buckets], dtype=np.float64)
+            span = max(domain.m - 1, 1)
+            self.distance = (np.maximum(hi[:, None], hi[None, :])
+                             - np.minimum(lo[:, None], lo[None, :])) / span
+            np.fill_diagonal(self.distance, 0.0)
+            return
+        h = domain.hierarchy
+        representatives = []                      # one present leaf per bucket
+        for b in buckets:
+            present = np.flatnonzero(bucketization.q[b.lo:b.hi] > 0)
+            representatives.append(b.lo + (int(present[0]) if len(present) else 0))
+        if h.height:
+            self.tree = Hierarchy([h.rows[r] for r in representatives])
+            idx = np.arange(self.n_buckets)
+            self.distance = self.tree.lca_level(idx[:, None], idx[None, :]) / h.height
         else:
-            h = dom.hierarchy
-            q = bz.q
-            reps = []
-            for b in bz.buckets:
-                present = np.flatnonzero(q[b.lo:b.hi] > 0)
-                reps.append(b.lo + (int(present[0]) if len(present) else 0))
-            self.tree = Hierarchy([h.rows[r] for r in reps]) if h.height else None
-            idx = np.arange(self.B)
-            if self.tree is not None:
-                self.D = self.tree.lca_level(idx[:, None], idx[None, :]) / h.height
-            else:
-                self.D = np.zeros((self.B, self.B))
+            self.distance = np.zeros((self.n_buckets, self.n_buckets))
 
-    def distribution_emd(self, X: np.ndarray) -> np.ndarray:
-        """EMD of distributions X (rows over buckets) against the table's."""
-        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        if self.B == 1:
-            return np.zeros(len(X))
+    def distribution_emd(self, distributions: np.ndarray) -> np.ndarray:
+        """EMD of distributions (rows over buckets) against the table's."""
+        distributions = np.atleast_2d(np.asarray(distributions, dtype=np.float64))
+        if self.n_buckets == 1:
+            return np.zeros(len(distributions))
         if self.tree is not None:
-            return np.atleast_1d(hierarchical_emd(X, self.y[None, :], self.tree))
-        if not self.bz.domain.numerical:
-            return np.zeros(len(X))
-        return _residual_nw_cost(X, self.y, self.D)
+            return np.atleast_1d(hierarchical_emd(distributions, self.table_distribution[None, :],
+                                                  self.tree))
+        if not self.bucketization.domain.numerical:
+            return np.zeros(len(distributions))
+        return _residual_nw_cost(distributions, self.table_distribution, self.distance)
 
     def __call__(self, counts: np.ndarray) -> np.ndarray:
         """EMD of count vectors (rows) against the table's bucket distribution."""
-        C = np.atleast_2d(np.asarray(counts, dtype=np.float64))
-        tot = C.sum(axis=1, keepdims=True)
-        return self.distribution_emd(C / np.maximum(tot, 1.0))
+        counts = np.atleast_2d(np.asarray(counts, dtype=np.float64))
+        sizes = counts.sum(axis=1, keepdims=True)
+        return self.distribution_emd(counts / np.maximum(sizes, 1.0))
 
 
-def _residual_nw_cost(X: np.ndarray, y: np.ndarray, D: np.ndarray) -> np.ndarray:
-    """Cost of a feasible flow X -> y: keep min(x, y), move the residual in monotone order."""
-    n, B = X.shape
-    e = np.maximum(X - y[None, :], 0.0)           # residual supply
-    f = np.maximum(y[None, :] - X, 0.0)           # residual demand
-    E = np.cumsum(e, axis=1)
-    F = np.cumsum(f, axis=1)
-    tot = np.minimum(E[:, -1], F[:, -1])          # equal up to rounding
-    pts = np.sort(np.concatenate((np.zeros((n, 1)), E, F), axis=1), axis=1)
-    pts = np.minimum(pts, tot[:, None])
-    length = np.diff(pts, axis=1)                 # (n, 2B)
+def _residual_nw_cost(x: np.ndarray, y: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    """Cost of a feasible flow x -> y (rows of x, each against y): keep min(x, y) in place and
+    move the residual supply to the residual demand in monotone (north-west corner) order."""
+    n, n_buckets = x.shape
+    supply = np.cumsum(np.maximum(x - y[None, :], 0.0), axis=1)     # cumulative residuals
+    demand = np.cumsum(np.maximum(y[None, :] - x, 0.0), axis=1)
+    moved = np.minimum(supply[:, -1], demand[:, -1])                # equal up to rounding
+    pts = np.sort(np.concatenate((np.zeros((n, 1)), supply, demand), axis=1), axis=1)
+    pts = np.minimum(pts, moved[:, None])
+    length = np.diff(pts, axis=1)                 # (n, 2 n_buckets)
     mid = (pts[:, :-1] + pts[:, 1:]) / 2.0
     off = 4.0 * np.arange(n)[:, None]             # rows shifted apart: one global search
-    src = np.searchsorted((E + off).ravel(), (mid + off).ravel(), side="right").reshape(n, -1)
-    dst = np.searchsorted((F + off).ravel(), (mid + off).ravel(), side="right").reshape(n, -1)
-    src = np.clip(src - B * np.arange(n)[:, None], 0, B - 1)
-    dst = np.clip(dst - B * np.arange(n)[:, None], 0, B - 1)
-    return (length * D[src, dst]).sum(axis=1)
+    src = np.searchsorted((supply + off).ravel(), (mid + off).ravel(), side="right").reshape(n, -1)
+    dst = np.searchsorted((demand + off).ravel(), (mid + off).ravel(), side="right").reshape(n, -1)
+    src = np.clip(src - n_buckets * np.arange(n)[:, None], 0, n_buckets - 1)
+    dst = np.clip(dst - n_buckets * np.arange(n)[:, None], 0, n_buckets - 1)
+    return (length * distance[src, dst]).sum(axis=1)
 
 
-def _unique_rows(V: np.ndarray):
-    """Distinct rows of V and the inverse index.  All nodes of one tree level come from
-    repeated halving of one vector, so each component takes at most two adjacent values and a
-    row is a bitmask over the components: a 1-D unique instead of a lexicographic row sort."""
-    lo = V.min(axis=0)
-    D = V - lo
-    B = V.shape[1]
-    if B <= 62 and D.max(initial=0) <= 1:
-        key = D @ (np.int64(1) << np.arange(B, dtype=np.int64))
-        ukey, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return V[first], np.asarray(inv).reshape(-1)
-    uniq, inv = np.unique(V, axis=0, return_inverse=True)
+def _unique_rows(vectors: np.ndarray):
+    """Distinct rows of ``vectors`` and the inverse index.  All nodes of one tree level come
+    from repeated halving of one vector, so each component takes at most two adjacent values
+    and a row is a bitmask over the components: a 1-D unique instead of a lexicographic sort."""
+    offsets = vectors - vectors.min(axis=0)
+    n_buckets = vectors.shape[1]
+    if n_buckets <= 62 and offsets.max(initial=0) <= 1:
+        key = offsets @ (np.int64(1) << np.arange(n_buckets, dtype=np.int64))
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return vectors[first], np.asarray(inv).reshape(-1)
+    uniq, inv = np.unique(vectors, axis=0, return_inverse=True)
     return uniq, np.asarray(inv).reshape(-1)
 
 
@@ -152,10 +155,10 @@ class ECPlan:
         return self.templates.sum(axis=1)
 
 
-def _splits(V: np.ndarray, bucket_emd: BucketEMD, U: float, t: float, k: int):
-    """Dichotomize every count vector of V; ok[i]: Theorem 4 allows splitting V[i] (both
+def _splits(vectors: np.ndarray, bucket_emd: BucketEMD, U: float, t: float, k: int):
+    """Dichotomize every count vector (row); ok[i]: Theorem 4 allows splitting row i (both
     halves keep >= k tuples and EMD(half) + U <= t)."""
-    c1, c2 = dichotomize(V)
+    c1, c2 = dichotomize(vectors)
     ok = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
     if ok.any():
         e1 = bucket_emd(c1[ok])
@@ -170,6 +173,7 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
     vectors split is decided on the distinct vectors of each level, and a vector's leaf count
     is 1 or the sum of its halves'."""
     counts = np.asarray(counts, dtype=np.int64)
+    t, k = check_t(t), check_k(k, counts.sum())
     halves: dict = {}
     level = counts[None, :]
     while len(level):
@@ -206,10 +210,7 @@ def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
     no per-level sort of all nodes is needed.
     """
     counts = np.asarray(counts, dtype=np.int64)
-    if k < 1:
-        raise ValueError("k must be >= 1")
-    if counts.sum() < k:
-        raise ValueError("the table has %d tuples, fewer than k = %d" % (counts.sum(), k))
+    t, k = check_t(t), check_k(k, counts.sum())
     uniq = counts[None, :]                        # distinct count vectors of the current level
     inv = np.zeros(1, dtype=np.int64)             # per node: its vector's row in uniq
     pos = np.zeros(1)                             # dyadic position of each node, for DFS order

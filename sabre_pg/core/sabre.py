@@ -7,7 +7,6 @@ Input is columnar numpy data: each QI as values (numerical) or pre-order leaf po
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +17,9 @@ from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical
 from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
+from .parameters import check_k, check_lookahead, check_t
 from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
+from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
 METHODS = ("ak", "knn")
@@ -57,7 +58,8 @@ class SabreResult:
     il: np.ndarray                       # IL(G) per EC
     keys: np.ndarray | None              # Hilbert keys (AK)
     bucket_of_tuple: np.ndarray
-    phases: dict = field(default_factory=dict)
+    k: int = 1                           # the run's k (for the normalized AECS)
+    phases: dict = field(default_factory=dict)   # seconds per phase (Stopwatch.report)
     index: ECIndex | None = None         # tuples grouped by EC (order, starts)
     bucket_key_order: np.ndarray | None = None   # tuples sorted by (bucket, key), if known
 
@@ -71,7 +73,8 @@ class SabreResult:
     def n_classes(self) -> int:
         return len(self.sizes)
 
-    def summary(self, k: int = 1) -> dict:
+    def metrics(self) -> dict:
+        """The paper's measures of this result (§3.2, §6) with its size and bucketization."""
         n = int(self.sizes.sum())
         return {
             "rows": n,
@@ -84,8 +87,7 @@ class SabreResult:
             "ail": metrics.ail(self.il, self.sizes),
             "discernibility": metrics.discernibility(self.sizes),
             "aecs": metrics.average_class_size(n, self.n_classes),
-            "aecs_normalized": metrics.average_class_size(n, self.n_classes, k),
-            "seconds": dict(self.phases),
+            "aecs_normalized": metrics.average_class_size(n, self.n_classes, self.k),
         }
 
 
@@ -106,14 +108,10 @@ def normalized_points(qis) -> np.ndarray:
 
 
 def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> None:
-    if not (t > 0 and t <= 1):               # also rejects NaN
-        raise ValueError("t must satisfy 0 < t <= 1, got %r" % (t,))
-    if int(k) != k or k < 1:
-        raise ValueError("k must be an integer >= 1, got %r" % (k,))
-    if n == 0:
-        raise ValueError("the table is empty")
-    if k > n:
-        raise ValueError("k = %d exceeds the %d tuples of the table" % (k, n))
+    """The arguments of :func:`anonymize` for a table of n tuples (t and k by
+    :mod:`.parameters`); raises ValueError naming the first bad one."""
+    check_t(t)
+    check_k(k, n)
     if method not in METHODS:
         raise ValueError("method must be one of %s, got %r" % (", ".join(METHODS), method))
     if takeout not in TAKEOUTS:
@@ -126,18 +124,18 @@ def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> None:
 
 
 @dataclass
-class SummaryPlan:
-    """Bucketization (§4.2) and the EC-size tree (§4.3) of a table, computed from its SA
-    frequency summary alone -- no tuple is needed until takeOut."""
+class SAPlan:
+    """Bucketization (§4.2) and the EC-size tree (§4.3) of a table, computed from the
+    frequencies of its SA values alone -- no tuple is needed until takeOut."""
     counts: np.ndarray                   # tuples per SA code
     buckets: Bucketization
     plan: ECPlan
-    phases: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)   # seconds: bucketize, redistribute
 
 
 def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
-                     lookahead: int = 4) -> SummaryPlan:
-    """Bucketize the SA summary ``counts`` (tuples per code) and redistribute (ECSize).
+                     lookahead: int = 4) -> SAPlan:
+    """Bucketize the SA frequencies ``counts`` (tuples per code) and redistribute (ECSize).
 
     ``lookahead``: the paper stops bucketization at the first U < t, which can leave little
     room (t - U) for redistribution, so a larger t can give fewer, larger classes.  Bucketization
@@ -146,101 +144,102 @@ def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
     ``LOOKAHEAD_GAIN`` times as many classes as the current choice.
     ``lookahead=0`` is the paper's rule.
     """
-    if int(lookahead) != lookahead or lookahead < 0:
-        raise ValueError("lookahead must be an integer >= 0, got %r" % (lookahead,))
+    lookahead = check_lookahead(lookahead)
     counts = np.asarray(counts, dtype=np.int64)
     if len(counts) != domain.m:
-        raise ValueError("the summary has %d counts for %d SA values" % (len(counts), domain.m))
+        raise ValueError("the SA frequencies have %d counts for %d SA values"
+                         % (len(counts), domain.m))
     n = int(counts.sum())
-    if not (t > 0 and t <= 1):               # also rejects NaN
-        raise ValueError("t must satisfy 0 < t <= 1, got %r" % (t,))
-    if n == 0:
-        raise ValueError("the table is empty")
-    if k > n:
-        raise ValueError("k = %d exceeds the %d tuples of the table" % (k, n))
-    ph: dict = {}
-    tic = time.perf_counter()
-    q = counts / n
-    cands = bucketize(q, t, domain, lookahead=lookahead) if lookahead else [bucketize(q, t, domain)]
-    toc = time.perf_counter(); ph["bucketize"] = toc - tic; tic = toc
-
+    t = check_t(t)
+    k = check_k(k, n)
+    stopwatch = Stopwatch()
+    with stopwatch.phase("bucketize"):
+        distribution = counts / n
+        candidates = bucketize(distribution, t, domain, lookahead=lookahead) if lookahead \
+            else [bucketize(distribution, t, domain)]
     # Redistribution for the paper's bucketization and each look-ahead candidate.  A further
     # split costs utility (every class must draw from one more bucket), so a candidate replaces
     # the current choice only if its EC-size tree has LOOKAHEAD_GAIN times as many classes.
     # The candidates are compared by class count alone (no templates); only the chosen one's
     # EC-size tree is expanded.
-    best = None
-    for bz in cands:
-        bcounts = np.array([counts[b.lo:b.hi].sum() for b in bz.buckets], dtype=np.int64)
-        if len(cands) == 1:
-            best = (bz, bcounts, None)
-            break
-        n_ec = ec_count(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
-        if best is None or n_ec >= LOOKAHEAD_GAIN * best[2]:
-            best = (bz, bcounts, n_ec)
-    bz, bcounts, _ = best
-    plan = ec_size(bcounts, BucketEMD(bz, bcounts), bz.U, t, k)
-    ph["redistribute"] = time.perf_counter() - tic
-    return SummaryPlan(counts, bz, plan, ph)
+    with stopwatch.phase("redistribute"):
+        best = best_classes = None
+        for candidate in candidates:
+            bucket_counts = candidate.counts(counts)
+            if len(candidates) == 1:
+                best = candidate
+                break
+            classes = ec_count(bucket_counts, BucketEMD(candidate, bucket_counts), candidate.U, t, k)
+            if best is None or classes >= LOOKAHEAD_GAIN * best_classes:
+                best, best_classes = candidate, classes
+        bucket_counts = best.counts(counts)
+        plan = ec_size(bucket_counts, BucketEMD(best, bucket_counts), best.U, t, k)
+    return SAPlan(counts, best, plan, dict(stopwatch.phases))
 
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
-              summary: SummaryPlan | None = None) -> SabreResult:
+              sa_plan: SAPlan | None = None) -> SabreResult:
     """Run SABRE-AK (``method='ak'``) or SABRE-KNN (``'knn'``).
 
     ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
     takes seeds in Hilbert order.  KNN always uses random seeds.
 
-    ``summary``: the :func:`plan_from_counts` of the SA frequency summary, when it was made
-    before the tuples were read (the database computes it with a GROUP BY); the codes must
-    have exactly its counts.  Without it the plan is made here (``lookahead`` as there).
+    ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
+    the tuples were read (the database computes them with a GROUP BY); the codes must have
+    exactly its counts.  Without it the plan is made here (``lookahead`` as there).
+
+    ``phases`` of the result: seconds per phase of this call and ``total``, its wall time.
+    A plan made here adds its bucketize and redistribute; a given plan's stay in its own
+    ``phases`` (they were spent before the call), so a caller adds both without counting twice.
     """
     sa_codes = np.asarray(sa_codes, dtype=np.int64)
     n = len(sa_codes)
     validate(n, t, k, method, takeout, qis)
+    stopwatch = Stopwatch()
     counts = np.bincount(sa_codes, minlength=domain.m)
-    if summary is None:
-        summary = plan_from_counts(counts, domain, t, k, lookahead)
-    elif not np.array_equal(summary.counts, counts):
-        raise ValueError("the SA codes do not have the frequencies of the summary the plan was "
-                         "made from (%d tuples against %d)" % (n, int(summary.counts.sum())))
-    ph: dict = dict(summary.phases)
-    bz, plan = summary.buckets, summary.plan
-    q = counts / n
-    tic = time.perf_counter()
-    bucket = bz.bucket_of_code()[sa_codes]
-    ph["redistribute"] = ph.get("redistribute", 0.0) + time.perf_counter() - tic
-    tic = time.perf_counter()
-
-    keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
+    if sa_plan is None:
+        sa_plan = plan_from_counts(counts, domain, t, k, lookahead)
+        stopwatch.merge(sa_plan.phases)
+    elif not np.array_equal(sa_plan.counts, counts):
+        raise ValueError("the SA codes do not have the frequencies the plan was made from "
+                         "(%d tuples against %d)" % (n, int(sa_plan.counts.sum())))
+    bucketization, plan = sa_plan.buckets, sa_plan.plan
+    with stopwatch.phase("redistribute"):
+        bucket = bucketization.bucket_of_code()[sa_codes]
+    with stopwatch.phase("hilbert"):
+        keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     bucket_key_order = None
-    toc = time.perf_counter(); ph["hilbert"] = toc - tic; tic = toc
-    if method == "knn":
-        ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
-    elif takeout == "sweep":
-        ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
-    else:
-        ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
-    toc = time.perf_counter(); ph["takeout"] = toc - tic; tic = toc
+    with stopwatch.phase("takeout"):
+        if method == "knn":
+            ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
+        elif takeout == "sweep":
+            ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
+        else:
+            ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
+    with stopwatch.phase("generalize"):
+        index = ECIndex(ec, plan.n_classes)
+        generalization, il = generalize_classes(qis, index, weights)
+    with stopwatch.phase("metrics"):
+        emds = class_emds(ec, sa_codes, domain, plan.n_classes, counts / n, order=index.order) \
+            if with_emds else np.zeros(plan.n_classes)
+    return SabreResult(ec, index.sizes, emds, bucketization, plan, generalization, il, keys, bucket,
+                       k=int(k), phases=stopwatch.report(), index=index,
+                       bucket_key_order=bucket_key_order)
 
-    idx = ECIndex(ec, plan.n_classes)
-    gen, ils = [], []
+
+def generalize_classes(qis, index: ECIndex, weights=None) -> tuple[list, np.ndarray]:
+    """Each QI's generalization per EC (ranges, LCAs) and IL(G) per EC."""
+    generalization, ils = [], []
     for qi in qis:
         if qi.numerical:
-            g = generalize_numerical(idx, qi.values)
+            ranges = generalize_numerical(index, qi.values)
             lo, hi = qi.axis_range()
-            ils.append(metrics.il_numerical(g, lo, hi))
+            ils.append(metrics.il_numerical(ranges, lo, hi))
+            generalization.append(ranges)
         else:
-            g = generalize_categorical(idx, qi.values, qi.hierarchy)
-            ils.append(metrics.il_categorical(g))
-        gen.append(g)
-    il = metrics.il_per_class(ils, weights)
-    toc = time.perf_counter(); ph["generalize"] = toc - tic; tic = toc
-
-    emds = class_emds(ec, sa_codes, domain, plan.n_classes, q, order=idx.order) if with_emds \
-        else np.zeros(plan.n_classes)
-    toc = time.perf_counter(); ph["metrics"] = toc - tic
-    ph["total"] = sum(ph.values())
-    return SabreResult(ec, idx.sizes, emds, bz, plan, gen, il, keys, bucket, ph, idx, bucket_key_order)
+            nodes = generalize_categorical(index, qi.values, qi.hierarchy)
+            ils.append(metrics.il_categorical(nodes))
+            generalization.append(nodes)
+    return generalization, metrics.il_per_class(ils, weights)

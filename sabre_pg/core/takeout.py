@@ -29,10 +29,10 @@ import numpy as np
 
 
 def _check(bucket: np.ndarray, templates: np.ndarray):
-    B = templates.shape[1]
-    have = np.bincount(bucket, minlength=B)
+    n_buckets = templates.shape[1]
+    have = np.bincount(bucket, minlength=n_buckets)
     need = templates.sum(axis=0)
-    if len(have) != B or not np.array_equal(have, need):
+    if len(have) != n_buckets or not np.array_equal(have, need):
         raise ValueError("bucket sizes %s do not match the EC templates' totals %s"
                          % (have.tolist(), need.tolist()))
 
@@ -45,42 +45,42 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
     (bucket, key) as ``np.lexsort((keys, bucket))`` does -- a by-product of the sweep.
 
     Computed per EC instead of per tuple.  Before EC c is formed, bucket b has given away
-    P[c, b] = sum of the earlier templates' a_b tuples, so its stack covers a_b(c) once the
-    scan has pushed its (P[c, b] + a_b(c))-th tuple: the seed of EC c is at scan position
-    p_c = max(p_{c-1}, max_b pos_b[P[c, b] + a_b(c) - 1]) (vectorized).  ECs whose template no
+    taken[c, b] = sum of the earlier templates' a_b tuples, so its stack covers a_b(c) once the
+    scan has pushed its (taken[c, b] + a_b(c))-th tuple: the seed of EC c is at scan position
+    p_c = max(p_{c-1}, max_b pos_b[taken[c, b] + a_b(c) - 1]) (vectorized).  ECs whose template no
     scan position covers are formed after the scan, from what is still pending.  Each bucket's
     stack is then replayed on its own (push its tuples up to p_c, pop the top a_b(c)), which
-    costs O(C) list operations per bucket.
+    costs O(classes) list operations per bucket.
     """
     bucket = np.asarray(bucket, dtype=np.int64)
     templates = np.asarray(templates, dtype=np.int64)
     _check(bucket, templates)
-    C, B = templates.shape
+    n_classes, n_buckets = templates.shape
     n = len(bucket)
     ec = np.empty(n, dtype=np.int64)
-    if C == 0:
+    if n_classes == 0:
         return (ec, np.empty(0, dtype=np.int64)) if return_order else ec
-    o = np.argsort(keys, kind="stable")
-    bo = bucket[o]
-    taken = np.cumsum(templates, axis=0) - templates          # P[c, b]
-    seed = np.full(C, -1, dtype=np.int64)                     # scan position covering EC c
+    by_key = np.argsort(keys, kind="stable")              # the scan order
+    bucket_by_key = bucket[by_key]
+    taken = np.cumsum(templates, axis=0) - templates          # taken[c, b]
+    seed = np.full(n_classes, -1, dtype=np.int64)                     # scan position covering EC c
     members = []
-    for b in range(B):
-        pos = np.flatnonzero(bo == b)                         # scan positions of bucket b
+    for b in range(n_buckets):
+        pos = np.flatnonzero(bucket_by_key == b)                         # scan positions of bucket b
         members.append(pos)
         a = templates[:, b]
         last = taken[:, b] + a - 1                            # index of the covering push
         use = a > 0
-        need_pos = np.full(C, -1, dtype=np.int64)
+        need_pos = np.full(n_classes, -1, dtype=np.int64)
         inside = use & (last < len(pos))
         need_pos[inside] = pos[last[inside]]
         need_pos[use & ~inside] = n                           # never covered by the scan
         seed = np.maximum(seed, need_pos)
     seed = np.maximum.accumulate(seed)                        # ECs are formed in order
     # after the scan (seed = n) everything is pushed
-    for b in range(B):
+    for b in range(n_buckets):
         pos = members[b]
-        ids = o[pos]
+        ids = by_key[pos]
         cs = np.flatnonzero(templates[:, b] > 0)
         if not len(cs):
             continue
@@ -109,7 +109,7 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
             del stack[-n_a:]
         ec[np.asarray(got, dtype=np.int64)] = np.repeat(cs[dirty], a[dirty])
     if return_order:
-        return ec, np.concatenate([o[pos] for pos in members])
+        return ec, np.concatenate([by_key[pos] for pos in members])
     return ec
 
 
@@ -259,14 +259,14 @@ def _seeded_takeout(bucket, templates, rng, make, take):
     bucket = np.asarray(bucket, dtype=np.int64)
     templates = np.asarray(templates, dtype=np.int64)
     _check(bucket, templates)
-    C, B = templates.shape
+    n_buckets = templates.shape[1]
     dead = np.zeros(len(bucket), dtype=bool)
-    o = np.argsort(bucket, kind="stable")
-    bounds = np.searchsorted(bucket[o], np.arange(B + 1))
-    bks = [make(o[bounds[b]:bounds[b + 1]], dead) for b in range(B)]
+    by_bucket = np.argsort(bucket, kind="stable")
+    bounds = np.searchsorted(bucket[by_bucket], np.arange(n_buckets + 1))
+    bks = [make(by_bucket[bounds[b]:bounds[b + 1]], dead) for b in range(n_buckets)]
     ec = np.empty(len(bucket), dtype=np.int64)
     for c, row in enumerate(templates.tolist()):
-        nonempty = [b for b in range(B) if bks[b].n_alive]
+        nonempty = [b for b in range(n_buckets) if bks[b].n_alive]
         seed = bks[nonempty[int(rng.integers(len(nonempty)))]].random_alive(rng)
         for b, a in enumerate(row):
             if a:

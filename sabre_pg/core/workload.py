@@ -215,21 +215,21 @@ def _estimated_cube(grid: Grid, axes) -> np.ndarray:
 
 
 def _summed_area(cube: np.ndarray) -> np.ndarray:
-    S = np.zeros([s + 1 for s in cube.shape])
-    S[tuple(slice(1, None) for _ in cube.shape)] = cube
+    summed = np.zeros([s + 1 for s in cube.shape])
+    summed[tuple(slice(1, None) for _ in cube.shape)] = cube
     for j in range(cube.ndim):
-        np.cumsum(S, axis=j, out=S)
-    return S
+        np.cumsum(summed, axis=j, out=summed)
+    return summed
 
 
-def _box_sums(S: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _box_sums(summed: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Sums of the cube over inclusive boxes [lo, hi] (rows) from its summed-area table."""
     k = lo.shape[1]
     out = np.zeros(len(lo))
     for corner in itertools.product((0, 1), repeat=k):
         idx = tuple(hi[:, j] + 1 if c else lo[:, j] for j, c in enumerate(corner))
         sign = 1.0 if (k - sum(corner)) % 2 == 0 else -1.0
-        out += sign * S[idx]
+        out += sign * summed[idx]
     return out
 
 
@@ -245,11 +245,11 @@ def _direct_counts(grid: Grid, axes, qlo, qhi, chunk_cells: int = 4_000_000):
     k = len(a)
     blo, bhi, bsa = boxes[:, :k], boxes[:, k:2 * k], boxes[:, 2 * k]
     blen = (bhi - blo + 1).astype(np.float64)
-    Q = len(qlo)
-    prec = np.empty(Q)
-    est = np.empty(Q)
+    n_queries = len(qlo)
+    prec = np.empty(n_queries)
+    est = np.empty(n_queries)
     step = max(1, chunk_cells // max(len(pts), len(boxes), 1))
-    for q0 in range(0, Q, step):
+    for q0 in range(0, n_queries, step):
         l, h = qlo[q0:q0 + step], qhi[q0:q0 + step]
         mask = np.ones((len(l), len(pts)), dtype=bool)
         for j in range(k + 1):
@@ -265,10 +265,10 @@ def _direct_counts(grid: Grid, axes, qlo, qhi, chunk_cells: int = 4_000_000):
 
 def query_counts(grid: Grid, workload: Workload, max_cells: int = DEFAULT_MAX_CELLS):
     """(prec, est) of every query of the workload."""
-    Q = len(workload)
-    prec = np.empty(Q)
-    est = np.empty(Q)
-    keys = np.zeros(Q, dtype=np.int64)
+    n_queries = len(workload)
+    prec = np.empty(n_queries)
+    est = np.empty(n_queries)
+    keys = np.zeros(n_queries, dtype=np.int64)
     for j in range(workload.lam):
         keys |= np.int64(1) << workload.attrs[:, j]
     for key in np.unique(keys):

@@ -60,16 +60,23 @@ def test_all_tuples_identical(method, takeout):
 @pytest.mark.parametrize("method, takeout", METHODS)
 def test_t_one_gives_one_bucket(method, takeout):
     qis, codes, dom = numeric_table(80, 10)
-    r = anonymize(qis, codes, dom, 1.0, k=1, method=method, takeout=takeout)
-    assert r.buckets.n_buckets == 1
-    assert r.buckets.U < 1.0
-    check(r, 80, 1)
     h = tree_hierarchy(12, [3], "d")
     cat = SADomain("categorical", hierarchy=h)
     cc = np.random.default_rng(1).integers(0, 12, 80)
-    r = anonymize(qis, cc, cat, 1.0, method=method, takeout=takeout)
-    assert r.buckets.n_buckets == 1
-    assert r.emds.max() <= 1.0
+    for sa_codes, domain in ((codes, dom), (cc, cat)):
+        r = anonymize(qis, sa_codes, domain, 1.0, k=1, method=method, takeout=takeout)
+        assert r.buckets.n_buckets == 1
+        assert r.buckets.U < 1.0
+        check(r, 80, 1)
+        # one bucket: the bucket EMD is 0, so ECSize splits down to single tuples, and
+        # Theorem 4 bounds each one's EMD by U (the bucket's CET^U), not just by t = 1
+        assert r.sizes.max() <= 2
+        q = np.bincount(sa_codes, minlength=domain.m) / len(sa_codes)
+        emds = np.array([domain.emd(np.bincount(sa_codes[r.ec == c], minlength=domain.m) / size, q)
+                         for c, size in enumerate(r.sizes)])      # one class at a time
+        np.testing.assert_allclose(r.emds, emds, atol=1e-12)
+        assert emds.max() <= r.buckets.U + 1e-12
+        assert emds.max() > 0.5 * r.buckets.U          # and single tuples come near it
 
 
 @pytest.mark.parametrize("kind", ["numerical", "categorical"])
@@ -137,7 +144,7 @@ def test_n_below_k_raises():
     qis, codes, dom = numeric_table(10)
     with pytest.raises(ValueError, match="k = 11 exceeds the 10 tuples"):
         anonymize(qis, codes, dom, 0.5, k=11)
-    with pytest.raises(ValueError, match="fewer than k"):
+    with pytest.raises(ValueError, match="k = 6 exceeds the 5 tuples"):
         ec_size(np.array([3, 2]), None, 0.0, 0.5, k=6)
 
 
@@ -177,8 +184,8 @@ def test_invalid_k(k):
     qis, codes, dom = numeric_table(10)
     with pytest.raises(ValueError, match=r"k must be an integer >= 1"):
         anonymize(qis, codes, dom, 0.5, k=k)
-    with pytest.raises(ValueError, match="k must be >= 1"):
-        ec_size(np.array([3, 2]), None, 0.0, 0.5, k=0)
+    with pytest.raises(ValueError, match=r"k must be an integer >= 1"):
+        ec_size(np.array([3, 2]), None, 0.0, 0.5, k=k)
 
 
 def test_invalid_method_and_takeout():
@@ -215,9 +222,12 @@ def test_census_like_data():
         check(r, 3000, 5)
         assert r.emds.max() <= 0.15 + 1e-9
         assert r.n_classes > 10
-        s = r.summary(k=5)
-        assert s["rows"] == 3000 and s["max_emd"] == pytest.approx(r.emds.max())
-        assert 0 <= s["ail"] <= 1
+        measures = r.metrics()
+        assert measures["rows"] == 3000 and measures["max_emd"] == pytest.approx(r.emds.max())
+        # AIL is the mean over tuples of their class's IL (the metric sums over classes)
+        assert measures["ail"] == pytest.approx(r.il[r.ec].mean())
+        assert 0 < measures["ail"] < 1
+        assert measures["aecs_normalized"] == pytest.approx(3000 / r.n_classes / 5)
 
 
 def test_bucket_emd_single_bucket_is_zero():

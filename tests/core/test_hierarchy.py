@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, parse_arx
+from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, flat_root_label, parse_arx
 
 # leaves deliberately interleaved: 'c' (under X) appears after 'b' (under Y) in the file
 ROWS = [
@@ -166,18 +166,39 @@ def test_single_leaf(rows, height, n_nodes):
 
 
 def test_flat():
-    h = Hierarchy.flat(["x", "y", "z"])
-    assert h.height == 1 and h.is_flat
+    h = Hierarchy.flat(["x", "y", "z"], name="letters")
+    assert h.height == 1 and h.is_flat and h.name == "letters"
     assert h.leaves == ["x", "y", "z"]
     assert h.labels[h.root] == "*"
     D = h.distance_matrix()
     assert np.array_equal(D, 1 - np.eye(3))
     h1 = Hierarchy.flat([7])
     assert h1.leaves == ["7"] and h1.height == 1
-    h0 = Hierarchy.flat(["*"])
-    assert h0.height == 0 and h0.leaves == ["*"]
-    assert Hierarchy.flat(["a", "b"], root="ANY").labels[-1] == "ANY"
-    with pytest.raises(HierarchyError):
+    with pytest.raises(HierarchyError, match="at least one value"):
         Hierarchy.flat([])
-    with pytest.raises(HierarchyError, match="appears twice"):
-        Hierarchy.flat(["a", "a"])
+
+
+def test_flat_leaves_are_the_sorted_distinct_values():
+    """The same set of values gives the same leaves (and leaf positions) in any order or
+    repetition; values are compared as text and sorted by code point (not by locale)."""
+    h = Hierarchy.flat(["b", "a", "B", "b", "é", "a"])
+    assert h.leaves == ["B", "a", "b", "é"]
+    assert Hierarchy.flat(["é", "B", "a", "b"]).rows == h.rows
+    assert Hierarchy.flat([10, 9, "10"]).leaves == ["10", "9"]
+
+
+@pytest.mark.parametrize("values, root", [
+    (["x", "y"], "*"),
+    (["*", "x"], "(any)"),
+    (["*"], "(any)"),
+    (["(any)", "x"], "*"),
+    (["*", "(any)"], "(any 2)"),
+    (["*", "(any)", "(any 2)", "(any 3)", "x"], "(any 4)"),
+])
+def test_flat_root_label_is_never_a_value(values, root):
+    h = Hierarchy.flat(values)
+    assert flat_root_label(values) == root
+    assert h.labels[h.root] == root and h.height == 1
+    assert sorted(h.leaves) == sorted(set(values))
+    # a class generalized to the root must not read like a class holding that value
+    assert root not in h.leaves
