@@ -143,3 +143,66 @@ def expect_error(conn, fn, sqlstate, *message_parts, source="census"):
     assert e.diag.message_hint and e.diag.message_hint.strip(), "no HINT for: %s" % msg
     assert state(conn, source) == before
     return e
+
+
+# --------------------------------------------------------------------------- exact generalization
+
+def _lowest_common_ancestor(paths: list[list[str]]) -> str:
+    """The lowest node shared by leaf-to-root paths of equal length (hierarchy rows)."""
+    for level in zip(*paths):
+        if len(set(level)) == 1:
+            return level[0]
+    raise AssertionError("paths without a common root: %s" % paths)
+
+
+def check_exact_generalization(conn, output: str, source: str, key: str = "id",
+                               hierarchies: dict[str, str] | None = None) -> dict[str, int]:
+    """Every class of a run's ``<output>_classes`` is generalized exactly as documented, from the
+    source rows the side table ``<output>_keys`` (source key -> ec_id) puts in it:
+    a numerical QI's ``<qi>_lo``/``<qi>_hi`` are the min and max of the class's source values
+    (compared in the source type); a categorical QI's label is the lowest common ancestor of
+    the class's values in ``hierarchies[qi]``, or without one (the flat hierarchy) the value
+    itself when the class holds one value and ``*`` otherwise.  ``output`` and ``source`` are
+    'schema.name' (unquoted parts).  Returns {categorical qi: classes holding several values},
+    so that callers can tell a meaningful check from a vacuous one."""
+    hierarchies = hierarchies or {}
+    schema, name = output.split(".", 1)
+    classes, keys, src = (sql.Identifier(schema, name + "_classes"), sql.Identifier(schema, name + "_keys"),
+                          ident(source))
+    members = sql.SQL("{} k JOIN {} s ON s.{} = k.key").format(keys, src, sql.Identifier(key))
+    assert count(conn, keys) == count(conn, src), "the side table must hold every source row once"
+    class_columns = [c for c, _ in columns(conn, classes)][3:]          # after ec_id, size, emd
+    numerical = [c[:-3] for c in class_columns if c.endswith("_lo")]
+    categorical = [c for c in class_columns if not c.endswith(("_lo", "_hi"))]
+    for q in numerical:
+        wrong = conn.execute(sql.SQL(
+            "SELECT c.ec_id, c.{lo}, c.{hi}, m.lo, m.hi FROM {classes} c FULL JOIN "
+            "(SELECT k.ec_id, min(s.{q}) AS lo, max(s.{q}) AS hi FROM {members} GROUP BY k.ec_id) m "
+            "USING (ec_id) WHERE c.{lo} IS DISTINCT FROM m.lo OR c.{hi} IS DISTINCT FROM m.hi "
+            "ORDER BY 1 LIMIT 3").format(
+                q=sql.Identifier(q), lo=sql.Identifier(q + "_lo"), hi=sql.Identifier(q + "_hi"),
+                classes=classes, members=members)).fetchall()
+        assert wrong == [], "%s: (ec_id, lo, hi, source min, source max) differ: %s" % (q, wrong)
+    mixed = {}
+    for q in categorical:
+        paths = None
+        if q in hierarchies:
+            paths = {r[0][0]: list(r[0]) for r in conn.execute(
+                "SELECT path FROM sabre.hierarchy_rows WHERE hierarchy = %s", (hierarchies[q],))}
+        rows = conn.execute(sql.SQL(
+            "SELECT c.ec_id, c.{q}, m.vals FROM {classes} c FULL JOIN (SELECT k.ec_id, "
+            "array_agg(DISTINCT s.{q}::text) AS vals FROM {members} GROUP BY k.ec_id) m USING (ec_id)")
+            .format(q=sql.Identifier(q), classes=classes, members=members)).fetchall()
+        wrong = []
+        for ec_id, label, values in rows:
+            if label is None or values is None:
+                wrong.append((ec_id, label, None, values))
+            elif paths is not None:
+                expected = _lowest_common_ancestor([paths[v] for v in values])
+            else:
+                expected = values[0] if len(values) == 1 else "*"
+            if label != expected:
+                wrong.append((ec_id, label, expected, values))
+        assert wrong == [], "%s: (ec_id, label, lowest common ancestor, values) differ: %s" % (q, wrong[:3])
+        mixed[q] = sum(1 for _, _, values in rows if len(values) > 1)
+    return mixed
