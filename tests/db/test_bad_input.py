@@ -171,6 +171,9 @@ def test_infinite_or_nan_numerical_qi(db, expr, sqltype):
     db.execute("ALTER TABLE inf ADD PRIMARY KEY (id)")
     expect_error(db, lambda c: call_anonymize(c, source="public.inf", qis=["d"], k=2),
                  "22023", "non-finite", '"d"', source="inf")
+    # the same table with finite values in rows 5 and 9 is anonymized
+    db.execute("UPDATE inf SET d = (SELECT max(d) FROM inf WHERE id NOT IN (5, 9)) WHERE id IN (5, 9)")
+    assert call_anonymize(db, source="public.inf", qis=["d"], k=2)["rows"] == 300
 
 
 def test_source_changing_between_summary_and_scan(db):
