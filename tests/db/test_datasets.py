@@ -13,17 +13,13 @@ import pytest
 from psycopg import sql
 
 from sabre_pg import datasets as ds
+from tests.db.helpers import checksum
 
 CARDINALITIES = {"age": 79, "sex": 2, "education": 17, "marital": 6, "race": 9,
                  "workclass": 10, "birthplace": 83, "salary": 50}
 
 ADULT_COLUMNS = ["sex", "age", "race", "marital-status", "education", "native-country",
                  "workclass", "occupation", "salary-class"]
-
-
-def checksum(conn, table: str) -> str:
-    return conn.execute(sql.SQL("SELECT md5(string_agg(t::text, ',' ORDER BY id)) FROM {} t")
-                        .format(sql.Identifier(table))).fetchone()[0]
 
 
 def require_define_hierarchy(conn):
