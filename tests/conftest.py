@@ -12,11 +12,16 @@ Database fixtures (started lazily, only when a test asks for one):
 ``pg_dsn``         the conninfo of ``pg_conn``'s database.
 ``pg_connect``     ``pg_connect(**overrides)`` opens more connections to that database
                    (e.g. ``user="analyst"``), closed after the test.
+``pg_role_dsn``    ``pg_role_dsn(role)``: the conninfo of that database as ``role``, a LOGIN
+                   role, which gets the session's test password for it (the cluster
+                   authenticates every role but its superuser by password; pg_connect
+                   does this for ``user=``).
 
 ``shared_dir``     session: Path of ``../shared/data`` (adult, li2007); fails if missing.
 """
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,6 +40,7 @@ REPO_DIR = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_DIR.parent / "shared" / "data"
 SABRE_SCHEMA = "sabre"
 TEST_PORT_BASE = 55400  # away from the embedded cluster's 54329
+TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +72,7 @@ def _sabre_server(sabre_cluster):
     """The base pytest-postgresql's noproc fixture attaches to (``depends_on``)."""
     return SimpleNamespace(
         host=str(sabre_cluster.socket_dir), port=sabre_cluster.port, user=sabre_cluster.superuser,
-        password=None, options="", maintenance_dbname="postgres", template_dbname=None,
+        password=sabre_cluster.password, options="", maintenance_dbname="postgres", template_dbname=None,
     )
 
 
@@ -98,11 +104,24 @@ def pg_dsn(pg_conn) -> str:
 
 
 @pytest.fixture
-def pg_connect(pg_dsn):
+def pg_role_dsn(pg_conn, pg_dsn):
+    def role_dsn(role: str) -> str:
+        if role == pg_conn.info.user:
+            return pg_dsn
+        pg_conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(TEST_ROLE_PASSWORD)))
+        return make_conninfo(pg_dsn, user=role, password=TEST_ROLE_PASSWORD)
+
+    return role_dsn
+
+
+@pytest.fixture
+def pg_connect(pg_dsn, pg_role_dsn):
     opened: list[psycopg.Connection] = []
 
     def connect(autocommit: bool = True, **overrides) -> psycopg.Connection:
-        conn = psycopg.connect(make_conninfo(pg_dsn, **overrides), autocommit=autocommit)
+        dsn = pg_role_dsn(overrides["user"]) if "user" in overrides and "password" not in overrides else pg_dsn
+        conn = psycopg.connect(make_conninfo(dsn, **overrides), autocommit=autocommit)
         opened.append(conn)
         return conn
 

@@ -24,8 +24,8 @@ def probe_modules(monkeypatch):
     extra: dict[str, str] = {}
     real = installer.collect_modules
 
-    def collect():
-        rows = real()
+    def collect(schema="sabre"):
+        rows = real(schema)
         for name, src in extra.items():
             rows.append((name.rstrip("/"), src, name.endswith("/")))
         return rows
@@ -175,7 +175,7 @@ def analyst(pg_conn):
     pg_conn.execute("DROP ROLE sabre_test_analyst")
 
 
-def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_dsn, analyst, capsys):
+def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_role_dsn, analyst, capsys):
     conn = pg_connect(user=analyst)
     with pytest.raises(installer.PrivilegeError) as exc:
         installer.install(conn, "sabre_denied")
@@ -183,9 +183,7 @@ def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_dsn, analyst, caps
     assert "SUPERUSER" in msg and "plpython3u" in msg and analyst in msg
     assert not schema_exists(pg_conn, "sabre_denied")
 
-    from psycopg.conninfo import make_conninfo
-
-    rc = cli.main(["install", "--dsn", make_conninfo(pg_dsn, user=analyst), "--schema", "sabre_denied"])
+    rc = cli.main(["install", "--dsn", pg_role_dsn(analyst), "--schema", "sabre_denied"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "SUPERUSER" in err and "Traceback" not in err
