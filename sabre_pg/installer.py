@@ -250,8 +250,9 @@ def schema_objects(conn: psycopg.Connection, schema: str) -> list[tuple[str, str
     if row is None:
         return []
     return conn.execute(
-        "SELECT pg_catalog.pg_describe_object(o.classid, o.objid, 0), pg_catalog.pg_get_userbyid(o.owner) "
-        f"FROM ({_SCHEMA_OBJECTS_SQL}) o ORDER BY 1", {"nsp": row[0]}).fetchall()
+        "SELECT i.type || ' ' || i.identity, pg_catalog.pg_get_userbyid(o.owner) "
+        f"FROM ({_SCHEMA_OBJECTS_SQL}) o, pg_catalog.pg_identify_object(o.classid, o.objid, 0) i "
+        "ORDER BY 1", {"nsp": row[0]}).fetchall()
 
 
 def _create_holders(conn: psycopg.Connection, schema: str) -> list[str]:
@@ -419,8 +420,9 @@ _HOME_NSP_SQL = "CASE w.classid " + " ".join(
 # Objects that go automatically with a dropped one (its indexes, constraints, owned
 # sequences: deptype 'a') are its parts, not dependents; nor is anything in the schema.
 _DEPENDENTS_SQL = """
-WITH RECURSIVE walk(classid, objid, part) AS (
-    SELECT r.classid, r.objid, true FROM ({roots}) r
+WITH RECURSIVE roots AS ({roots}),
+walk(classid, objid, part) AS (
+    SELECT r.classid, r.objid, true FROM roots r
     UNION
     SELECT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
                 THEN 'pg_catalog.pg_class'::pg_catalog.regclass ELSE d.classid END,
@@ -431,9 +433,10 @@ WITH RECURSIVE walk(classid, objid, part) AS (
            ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND rw.oid = d.objid
     WHERE d.deptype IN ('n', 'a')
 )
-SELECT DISTINCT pg_catalog.pg_describe_object(w.classid, w.objid, 0)
-FROM walk w
+SELECT DISTINCT i.type || ' ' || i.identity
+FROM walk w, pg_catalog.pg_identify_object(w.classid, w.objid, 0) i
 WHERE NOT w.part AND ({home}) IS DISTINCT FROM %(nsp)s
+  AND NOT EXISTS (SELECT 1 FROM roots r WHERE r.classid = w.classid AND r.objid = w.objid)
   AND w.classid <> 'pg_catalog.pg_default_acl'::pg_catalog.regclass
 ORDER BY 1
 """
@@ -462,9 +465,9 @@ def purge_candidates(conn: psycopg.Connection, schema: str) -> list[tuple[int, s
             "its runs created, so --purge would have to guess. Upgrade first (sabre-pg upgrade), "
             "or uninstall without --purge.")
     return conn.execute(sql.SQL(
-        "SELECT DISTINCT r.relation::pg_catalog.oid::pg_catalog.int8, r.relation::pg_catalog.text, c.relkind "
+        "SELECT DISTINCT c.oid::pg_catalog.int8, pg_catalog.format('%%I.%%I', n.nspname, c.relname), c.relkind "
         "FROM {}.recorded_relations() r JOIN pg_catalog.pg_class c ON c.oid = r.relation "
-        "WHERE c.relnamespace <> %s ORDER BY 2").format(sql.Identifier(schema)),
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.oid <> %s ORDER BY 2").format(sql.Identifier(schema)),
         (_schema_row(conn, schema)[0],)).fetchall()
 
 
