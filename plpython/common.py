@@ -1,53 +1,67 @@
-"""Shared helpers of the PL/Python entry points: errors with SQLSTATE + HINT, identifiers,
-catalog look-ups and bulk column reads.  Every function takes ``plpy`` explicitly."""
+"""Shared helpers of the PL/Python entry points: identifiers, the installation's schema,
+argument checks shared by every entry point, catalog look-ups.  Every function that talks to
+the server takes ``plpy`` explicitly; the rest is pure and tested without a server.
+
+Every entry point runs with ``search_path = pg_catalog, pg_temp`` (the SQL functions' SET
+clause), so no object of the caller's schemas can capture a call in the SQL built here; user
+names reach this code as OIDs or are resolved explicitly.
+"""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
 from sabre_pg.core.hierarchy import Hierarchy, HierarchyError  # noqa: F401 (re-export)
 
-# SQLSTATEs used by sabre-pg
-INVALID_PARAMETER = "22023"
-NULL_NOT_ALLOWED = "22004"
-BAD_FILE_FORMAT = "22P04"
-UNDEFINED_TABLE = "42P01"
-UNDEFINED_COLUMN = "42703"
-UNDEFINED_OBJECT = "42704"
-DUPLICATE_COLUMN = "42701"
-DUPLICATE_TABLE = "42P07"
-DATATYPE_MISMATCH = "42804"
-INVALID_NAME = "42602"
+from . import errors as E
+from ._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
+from .errors import (BAD_FILE_FORMAT, DATATYPE_MISMATCH, DUPLICATE_COLUMN, DUPLICATE_TABLE,  # noqa: F401
+                     INVALID_NAME, INVALID_PARAMETER, NULL_NOT_ALLOWED, UNDEFINED_COLUMN,
+                     UNDEFINED_OBJECT, UNDEFINED_TABLE)
 
 NUMERICAL_CATEGORIES = ("N", "D", "T")   # numeric, date/time, timespan
 CATEGORICAL_CATEGORIES = ("S", "B", "E")  # string, boolean, enum
+INTEGER_TYPES = ("int2", "int4", "int8")
 
 
 def fail(plpy, sqlstate: str, message: str, hint: str | None = None, detail: str | None = None):
     """Raise a PostgreSQL error with SQLSTATE, message, DETAIL and HINT."""
-    kw = {"sqlstate": sqlstate}
-    if hint:
-        kw["hint"] = hint
-    if detail:
-        kw["detail"] = detail
-    plpy.error(message, **kw)
+    E.raise_sql(plpy, E.SabreError(sqlstate, message, hint, detail))
+
+
+def ident(name: str) -> str:
+    """A quoted SQL identifier (always quoted: the same text as quote_ident for any name)."""
+    return '"%s"' % str(name).replace('"', '""')
 
 
 def qi(plpy, name: str) -> str:
-    return plpy.quote_ident(name)
+    return ident(name)
 
 
 def qname(plpy, schema: str, name: str) -> str:
-    return "%s.%s" % (plpy.quote_ident(schema), plpy.quote_ident(name))
+    return "%s.%s" % (ident(schema), ident(name))
 
 
-def sabre_schema(plpy) -> str:
-    """The schema this installation lives in (where the running function is defined)."""
-    return plpy.execute(
-        "SELECT n.nspname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-        "WHERE p.proname = 'sabre_anonymize' AND EXISTS (SELECT 1 FROM pg_class c "
-        "WHERE c.relnamespace = n.oid AND c.relname = 'modules') LIMIT 1")[0]["nspname"]
+def catalog(name: str) -> str:
+    """A qualified object of the sabre schema, e.g. catalog("runs")."""
+    return "%s.%s" % (ident(SCHEMA), ident(name))
+
+
+def check_t(t, hint: str):
+    """0 < t <= 1, a number (NULL and NaN refused); one rule for every entry point."""
+    if t is None or isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) \
+            or not 0 < t <= 1:
+        raise E.invalid_parameter("t must satisfy 0 < t <= 1, got %s" % t, hint)
+    return float(t)
+
+
+def check_k(k, hint: str):
+    """k >= 1, an integer (NULL refused); one rule for every entry point."""
+    if k is None or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise E.invalid_parameter("k must be at least 1, got %s" % k, hint)
+    return int(k)
 
 
 def relation_info(plpy, oid: int) -> dict:
@@ -57,24 +71,27 @@ def relation_info(plpy, oid: int) -> dict:
     return dict(r[0]) if r else None
 
 
-def resolve_relation(plpy, source) -> dict:
-    """Resolve a regclass (oid) or a text name to {oid, nspname, relname, relkind}."""
+def resolve_relation(plpy, source, name: str | None = None) -> dict:
+    """{oid, nspname, relname, relkind, qname} of a relation given as an OID (or a regclass's
+    text, which the pinned search_path prints qualified); ``name`` is the caller's text when
+    the relation was looked up by name (for the error when none exists)."""
     if source is None:
-        fail(plpy, INVALID_PARAMETER, "source must not be NULL",
-             "Pass the table or view to anonymize, e.g. source => 'public.census'.")
-    src = str(source)
-    if src.isdigit():
-        oid = int(src)
+        if name is not None:
+            raise E.undefined_table('relation "%s" does not exist' % name,
+                                    "Check the name and your search_path; quote mixed-case names, "
+                                    "e.g. 'public.\"MyTable\"'.")
+        raise E.invalid_parameter("source must not be NULL",
+                                  "Pass the table or view to anonymize, e.g. source => 'public.census'.")
+    text = str(source)
+    if text.isdigit():
+        oid = int(text)
     else:
-        r = plpy.execute(plpy.prepare("SELECT to_regclass($1)::oid AS oid", ["text"]), [src])
-        oid = r[0]["oid"]
-        if oid is None:
-            fail(plpy, UNDEFINED_TABLE, 'relation "%s" does not exist' % src,
-                 "Check the name and the search_path; quote mixed-case names, e.g. 'public.\"MyTable\"'.")
-    info = relation_info(plpy, oid)
+        oid = plpy.execute(plpy.prepare("SELECT pg_catalog.to_regclass($1)::pg_catalog.oid AS oid",
+                                        ["text"]), [text])[0]["oid"]
+    info = relation_info(plpy, oid) if oid is not None else None
     if info is None:
-        fail(plpy, UNDEFINED_TABLE, "relation with OID %s does not exist" % oid,
-             "Check the name and the search_path.")
+        raise E.undefined_table("relation %s does not exist" % (name or text),
+                                "Check the name and your search_path.")
     info["oid"] = oid
     info["qname"] = qname(plpy, info["nspname"], info["relname"])
     return info
@@ -110,21 +127,17 @@ def numeric_expr(plpy, name: str, col: dict, prefix: str = "") -> str:
     return "%s::float8" % c
 
 
-def load_hierarchy(plpy, schema: str, name: str, purpose: str) -> Hierarchy:
+def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
     rows = plpy.execute(plpy.prepare(
-        "SELECT path FROM %s.hierarchy_rows WHERE hierarchy = $1 ORDER BY ord"
-        % plpy.quote_ident(schema), ["text"]), [name])
+        "SELECT path FROM %s WHERE hierarchy OPERATOR(pg_catalog.=) $1 ORDER BY ord"
+        % catalog("hierarchy_rows"), ["text"]), [name])
     if not len(rows):
         known = [r["name"] for r in plpy.execute(
-            "SELECT name FROM %s.hierarchies ORDER BY name LIMIT 20" % plpy.quote_ident(schema))]
+            "SELECT name FROM %s ORDER BY name LIMIT 20" % catalog("hierarchies"))]
         fail(plpy, UNDEFINED_OBJECT, 'hierarchy "%s" (%s) does not exist' % (name, purpose),
              "Define it with sabre_define_hierarchy(name, csv); known hierarchies: %s"
              % (", ".join(known) if known else "none"))
     return Hierarchy([list(r["path"]) for r in rows], name=name)
-
-
-def to_array(values, dtype) -> np.ndarray:
-    return np.asarray(values, dtype=dtype)
 
 
 class settings:

@@ -1,37 +1,84 @@
-"""sabre_define_hierarchy: parse, validate (core.hierarchy) and store an ARX hierarchy."""
+"""sabre_define_hierarchy / sabre_drop_hierarchy: parse, validate (core.hierarchy), store.
+
+A hierarchy belongs to the role that defined it: row-level security on the catalog lets a
+role write only its own (docs/hierarchies.md, "Who may define hierarchies"); a superuser may
+replace or drop any.  Roles need INSERT, UPDATE, DELETE on the two catalog tables, which the
+DBA grants.
+"""
 from __future__ import annotations
 
 from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, parse_arx
 
 from . import common as C
+from . import errors as E
+
+GRANT_HINT = ("Ask the DBA to allow it: GRANT INSERT, UPDATE, DELETE ON %s, %s TO <role>; "
+              "each role then writes only the hierarchies it owns.")
 
 
+@E.entry_point
 def define(plpy, name, csv, delimiter=";"):
-    if name is None or str(name).strip() == "":
-        C.fail(plpy, C.INVALID_PARAMETER, "hierarchy name must not be empty",
-               "Name the hierarchy, e.g. sabre_define_hierarchy('marital_h', csv).")
-    if csv is None or csv.strip() == "":
-        C.fail(plpy, C.INVALID_PARAMETER, 'hierarchy "%s" has no rows' % name,
-               "Pass ARX-format text: one row per leaf, leaf;level1;...;root.")
-    if delimiter is None or len(delimiter) == 0:
-        C.fail(plpy, C.INVALID_PARAMETER, "the delimiter must not be empty",
-               "The ARX format uses ';'.")
-    text = csv.lstrip("\ufeff")
+    _check_arguments(name, csv, delimiter)
     try:
-        h = Hierarchy(parse_arx(text, delimiter), name=name)
+        h = Hierarchy(parse_arx(csv.lstrip("\ufeff"), delimiter), name=name)
     except HierarchyError as e:
-        C.fail(plpy, C.BAD_FILE_FORMAT, "malformed hierarchy: %s" % e,
-               "Every row must be leaf%slevel1%s...%sroot with the same number of fields, one root, "
-               "one parent per node and unique leaves." % (delimiter, delimiter, delimiter))
-    schema = plpy.quote_ident(C.sabre_schema(plpy))
-    plpy.execute(plpy.prepare("DELETE FROM %s.hierarchies WHERE name = $1" % schema, ["text"]), [name])
+        raise E.SabreError(E.BAD_FILE_FORMAT, "malformed hierarchy: %s" % e,
+                           "Every row must be leaf%slevel1%s...%sroot with the same number of fields, one "
+                           "root, one parent per node and unique leaves." % (delimiter, delimiter, delimiter))
+    _check_writable(plpy, name)
+    plpy.execute(plpy.prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+                              % C.catalog("hierarchies"), ["text"]), [name])
     plpy.execute(plpy.prepare(
-        "INSERT INTO %s.hierarchies (name, height, leaves, root) VALUES ($1, $2, $3, $4)" % schema,
+        "INSERT INTO %s (name, height, leaves, root) VALUES ($1, $2, $3, $4)" % C.catalog("hierarchies"),
         ["text", "int", "int", "text"]), [name, h.height, h.n_leaves, h.labels[h.root]])
-    w = h.height + 1
-    flat = [v for r in h.rows for v in r]          # rows in pre-order, w labels each
+    width = h.height + 1
+    flat = [v for r in h.rows for v in r]          # rows in pre-order, width labels each
     plpy.execute(plpy.prepare(
-        "INSERT INTO %s.hierarchy_rows (hierarchy, ord, path) "
-        "SELECT $1, i, $2[i * $3 + 1:(i + 1) * $3] FROM generate_series(0, $4 - 1) AS i" % schema,
-        ["text", "text[]", "int", "int"]), [name, flat, w, h.n_leaves])
+        "INSERT INTO %s (hierarchy, ord, path) SELECT $1, i, $2[i * $3 + 1:(i + 1) * $3] "
+        "FROM pg_catalog.generate_series(0, $4 - 1) AS i" % C.catalog("hierarchy_rows"),
+        ["text", "text[]", "int", "int"]), [name, flat, width, h.n_leaves])
     return [(name, h.n_leaves, h.height)]
+
+
+@E.entry_point
+def drop(plpy, name):
+    """True when the hierarchy existed and was dropped, false when none has that name."""
+    if name is None:
+        raise E.invalid_parameter("hierarchy name must not be NULL", "Name the hierarchy to drop.")
+    if not _check_writable(plpy, name):
+        return False
+    plpy.execute(plpy.prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+                              % C.catalog("hierarchies"), ["text"]), [name])
+    return True
+
+
+def _check_arguments(name, csv, delimiter):
+    if name is None or str(name).strip() == "":
+        raise E.invalid_parameter("hierarchy name must not be empty",
+                                  "Name the hierarchy, e.g. sabre_define_hierarchy('marital_h', csv).")
+    if csv is None or csv.strip() == "":
+        raise E.invalid_parameter('hierarchy "%s" has no rows' % name,
+                                  "Pass ARX-format text: one row per leaf, leaf;level1;...;root.")
+    if delimiter is None or len(delimiter) == 0:
+        raise E.invalid_parameter("the delimiter must not be empty", "The ARX format uses ';'.")
+
+
+def _check_writable(plpy, name) -> bool:
+    """Whether a hierarchy of that name exists; raises unless the caller may write it."""
+    r = plpy.execute(plpy.prepare(
+        "SELECT (SELECT h.owner FROM %s h WHERE h.name OPERATOR(pg_catalog.=) $1) AS owner, "
+        "CURRENT_USER AS me, (SELECT rolsuper FROM pg_catalog.pg_roles "
+        "WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER) AS superuser, "
+        "pg_catalog.has_table_privilege(%s, 'INSERT, DELETE') "
+        "AND pg_catalog.has_table_privilege(%s, 'INSERT, DELETE') AS granted" % (
+            C.catalog("hierarchies"), plpy.quote_literal(C.catalog("hierarchies")),
+            plpy.quote_literal(C.catalog("hierarchy_rows"))), ["text"]), [name])[0]
+    if not r["granted"]:
+        raise E.insufficient_privilege(
+            "role %s may not define or drop hierarchies" % r["me"],
+            GRANT_HINT % (C.catalog("hierarchies"), C.catalog("hierarchy_rows")))
+    if r["owner"] is not None and r["owner"] != r["me"] and not r["superuser"]:
+        raise E.insufficient_privilege(
+            'hierarchy "%s" belongs to %s' % (name, r["owner"]),
+            "Choose another name; only its owner or a superuser may replace or drop it.")
+    return r["owner"] is not None

@@ -12,6 +12,7 @@ All columns are read with one aggregate scan per relation; the arithmetic is
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from sabre_pg.core.generalize import CategoricalNode, NumericalRange
 from sabre_pg.core.hierarchy import Hierarchy
 
 from . import common as C
+from . import errors as E
+from .request import Attr, parse_weights
 
 OPTION_KEYS = ("hierarchies", "weights", "k", "max_cells", "max_bins")
 
@@ -39,24 +42,16 @@ def _options(plpy, options) -> dict:
     return opts
 
 
-class Attr:
-    def __init__(self, name, col, kind):
-        self.name, self.col, self.kind = name, col, kind
-        self.hierarchy = None
-
-    @property
-    def numerical(self):
-        return self.kind == "numerical"
-
-
 class Data:
     """Everything read from the source and the output."""
 
 
-def _run_record(plpy, schema, out_oid):
+def _run_record(plpy, out_oid):
+    """The caller's recorded run that made the output (the catalog shows each role its own)."""
     r = plpy.execute(plpy.prepare(
-        "SELECT quasi_identifiers, sensitive, k, options::text AS options FROM %s.runs "
-        "WHERE output_oid = $1 ORDER BY run_id DESC LIMIT 1" % plpy.quote_ident(schema), ["oid"]), [out_oid])
+        "SELECT quasi_identifiers, sensitive, k, options::text AS options FROM %s "
+        "WHERE output_oid OPERATOR(pg_catalog.=) $1 ORDER BY run_id DESC LIMIT 1" % C.catalog("runs"),
+        ["oid"]), [out_oid])
     if not len(r):
         return None
     rec = dict(r[0])
@@ -66,13 +61,12 @@ def _run_record(plpy, schema, out_oid):
 
 def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
     opts = _options(plpy, options)
-    schema = C.sabre_schema(plpy)
     out = C.resolve_relation(plpy, output)
     src = C.resolve_relation(plpy, source)
     if out["oid"] == src["oid"]:
         C.fail(plpy, C.INVALID_PARAMETER, "output and source are the same relation %s" % out["qname"],
                "Pass the anonymized relation as output and the original as source.")
-    run = _run_record(plpy, schema, out["oid"])
+    run = _run_record(plpy, out["oid"])
     if quasi_identifiers is None or sensitive is None:
         if run is None:
             C.fail(plpy, C.INVALID_PARAMETER,
@@ -112,18 +106,18 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
                        "one as <qi> (a hierarchy node), the sensitive attribute unchanged.")
         attrs.append(a)
     S, O = src["qname"], out["qname"]
-    for a in attrs:
+    for i, a in enumerate(attrs):
         if a.numerical:
             continue
         if a.name in hier:
-            a.hierarchy = C.load_hierarchy(plpy, schema, hier[a.name], 'for column "%s"' % a.name)
+            attrs[i] = replace(a, hierarchy=C.load_hierarchy(plpy, hier[a.name], 'for column "%s"' % a.name))
         else:
             vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
                                 "FROM %s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), S, C.qi(plpy, a.name)))[0]["vs"]
             if not vals:
                 C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, S),
                        "The column has only NULLs; choose another quasi-identifier.")
-            a.hierarchy = Hierarchy.flat(vals, root="*" if "*" not in vals else "(any)", name=a.name)
+            attrs[i] = replace(a, hierarchy=Hierarchy.flat(vals, name=a.name))
 
     D = Data()
     D.attrs, D.qis, D.sa, D.opts, D.run = attrs, attrs[:-1], attrs[-1], opts, run
@@ -259,6 +253,7 @@ def grid(plpy, D) -> W.Grid:
 
 
 # ----------------------------------------------------------------------------- entry points
+@E.entry_point
 def utility(plpy, output, source, quasi_identifiers, sensitive, options):
     D = read(plpy, output, source, quasi_identifiers, sensitive, options)
     ils = []
@@ -269,22 +264,14 @@ def utility(plpy, output, source, quasi_identifiers, sensitive, options):
             ils.append(metrics.il_numerical(NumericalRange(lo, hi), v.min(), v.max()))
         else:
             ils.append(metrics.il_categorical(CategoricalNode(D.out_vals[i], a.hierarchy)))
-    weights = None
-    w = D.opts.get("weights") or (D.run or {}).get("options", {}).get("weights")
-    if w:
-        if not isinstance(w, dict) or any(v is None or not isinstance(v, (int, float)) or v < 0 for v in w.values()):
-            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must map quasi-identifiers to weights >= 0",
-                   'For example {"age": 2, "sex": 1}; unnamed quasi-identifiers weigh 1.')
-        raw = np.array([float(w.get(a.name, 1.0)) for a in D.qis])
-        if raw.sum() <= 0:
-            C.fail(plpy, C.INVALID_PARAMETER, "options.weights must not all be zero",
-                   "Give at least one quasi-identifier a positive weight.")
-        weights = raw / raw.sum()
+    weights = parse_weights(D.opts.get("weights") or (D.run or {}).get("options", {}).get("weights"),
+                            [a.name for a in D.qis])
     u = W.output_utility(D.out_ec, ils, weights, D.k)
     return [(u["rows"], u["classes"], u["ail"], u["discernibility"], u["aecs"], u["aecs_normalized"],
              u["min_class_size"], u["max_class_size"])]
 
 
+@E.entry_point
 def query_error(plpy, output, source, quasi_identifiers, sensitive, queries, dimensionality, selectivity,
                 seed, options):
     if queries is None or queries < 1:
@@ -304,6 +291,7 @@ def query_error(plpy, output, source, quasi_identifiers, sensitive, queries, dim
     return [(r["median_relative_error"], r["mean_relative_error"], r["answered"], r["dropped"])]
 
 
+@E.entry_point
 def kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, options):
     D = read(plpy, output, source, quasi_identifiers, sensitive, options)
     d = len(D.qis)

@@ -52,12 +52,12 @@ def run(plpy, output, sensitive, t, k, hierarchy):
         domain = SADomain("numerical", m=int(codes.max()) + 1)
     else:
         if hierarchy is not None:
-            h = C.load_hierarchy(plpy, C.sabre_schema(plpy), hierarchy, 'for column "%s"' % sensitive)
+            h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
         else:
             vals = plpy.execute("SELECT array_agg(DISTINCT %s::text) AS v FROM %s" % (sq, rel["qname"]))[0]["v"]
             if vals is None:
                 return [(0, 0, 0.0, 0)]
-            h = Hierarchy.flat(sorted(vals), root="*" if "*" not in vals else "(any)")
+            h = Hierarchy.flat(sorted(vals))
         r = plpy.execute(plpy.prepare(
             "SELECT array_agg(o.ec_id) AS e, array_agg(m.pos) AS v, count(*) - count(m.pos) AS miss "
             "FROM %s AS o LEFT JOIN unnest($1::text[], $2::int[]) AS m(v, pos) ON m.v = o.%s::text"

@@ -365,6 +365,8 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
                 list(meta.items()) + [("installed_at", None)])
 
     with conn.transaction():
+        # objects created below resolve names without the caller's schemas
+        conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
         conn.execute("CREATE EXTENSION IF NOT EXISTS plpython3u")
         if not _refuse_foreign(conn, schema):
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(q))  # fails if one appeared meanwhile

@@ -21,16 +21,17 @@ COMMENT ON TABLE @schema@.modules IS
 
 -- Every PL/Python function reads both at its start (the bootstrap preamble), so any role
 -- allowed to use the schema must be able to read them. Nothing in them is secret.
+REVOKE ALL ON @schema@.meta, @schema@.modules FROM PUBLIC;
 GRANT SELECT ON @schema@.meta, @schema@.modules TO PUBLIC;
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_version() RETURNS text
-LANGUAGE sql STABLE AS $fn$
-    SELECT value FROM @schema@.meta WHERE key = 'version'
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT m.value FROM @schema@.meta AS m WHERE m.key OPERATOR(pg_catalog.=) 'version'
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_version() IS 'Installed sabre-pg version';
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_selftest() RETURNS jsonb
-LANGUAGE plpython3u VOLATILE AS $fn$
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 import json
 import sys

@@ -1,14 +1,26 @@
 -- sabre-pg catalog: hierarchies and runs.  Idempotent (install = upgrade = re-run).
+--
+-- Security model (docs/security.md):
+-- * hierarchies: everyone reads them; a role the DBA grants INSERT, UPDATE, DELETE writes
+--   only the hierarchies it owns (row-level security on owner).
+-- * runs: nobody but the catalog's owner writes it directly.  A run records itself through
+--   run_begin() / run_record(), two SECURITY DEFINER functions that take the run's id from
+--   a private sequence, and run_by and the output's identity from the server: the relations
+--   must carry the run's secret token in their COMMENT, which only their owner can set.
+--   Each role reads its own runs; a superuser reads all.
 
 CREATE TABLE IF NOT EXISTS @schema@.hierarchies (
     name       text PRIMARY KEY,
     height     integer NOT NULL,
     leaves     integer NOT NULL,
     root       text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    owner      name NOT NULL DEFAULT CURRENT_USER
 );
+ALTER TABLE @schema@.hierarchies ADD COLUMN IF NOT EXISTS owner name NOT NULL DEFAULT CURRENT_USER;
 COMMENT ON TABLE @schema@.hierarchies IS
-    'Generalization hierarchies defined with sabre_define_hierarchy (ARX format, one row per leaf)';
+    'Generalization hierarchies defined with sabre_define_hierarchy (ARX format, one row per leaf); '
+    'a role writes only the hierarchies it owns';
 
 CREATE TABLE IF NOT EXISTS @schema@.hierarchy_rows (
     hierarchy text    NOT NULL REFERENCES @schema@.hierarchies (name) ON DELETE CASCADE,
@@ -19,6 +31,28 @@ CREATE TABLE IF NOT EXISTS @schema@.hierarchy_rows (
 COMMENT ON TABLE @schema@.hierarchy_rows IS
     'Rows of each hierarchy in pre-order: path[1] is the leaf, path[height+1] the root';
 
+ALTER TABLE @schema@.hierarchies ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @schema@.hierarchy_rows ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS read_all ON @schema@.hierarchies;
+DROP POLICY IF EXISTS insert_own ON @schema@.hierarchies;
+DROP POLICY IF EXISTS update_own ON @schema@.hierarchies;
+DROP POLICY IF EXISTS delete_own ON @schema@.hierarchies;
+CREATE POLICY read_all ON @schema@.hierarchies FOR SELECT USING (true);
+CREATE POLICY insert_own ON @schema@.hierarchies FOR INSERT WITH CHECK (owner OPERATOR(pg_catalog.=) CURRENT_USER);
+CREATE POLICY update_own ON @schema@.hierarchies FOR UPDATE
+    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER) WITH CHECK (owner OPERATOR(pg_catalog.=) CURRENT_USER);
+CREATE POLICY delete_own ON @schema@.hierarchies FOR DELETE USING (owner OPERATOR(pg_catalog.=) CURRENT_USER);
+DROP POLICY IF EXISTS read_all ON @schema@.hierarchy_rows;
+DROP POLICY IF EXISTS write_own ON @schema@.hierarchy_rows;
+CREATE POLICY read_all ON @schema@.hierarchy_rows FOR SELECT USING (true);
+CREATE POLICY write_own ON @schema@.hierarchy_rows FOR ALL
+    USING (EXISTS (SELECT 1 FROM @schema@.hierarchies h WHERE h.name OPERATOR(pg_catalog.=) hierarchy
+                   AND h.owner OPERATOR(pg_catalog.=) CURRENT_USER))
+    WITH CHECK (EXISTS (SELECT 1 FROM @schema@.hierarchies h WHERE h.name OPERATOR(pg_catalog.=) hierarchy
+                        AND h.owner OPERATOR(pg_catalog.=) CURRENT_USER));
+REVOKE ALL ON @schema@.hierarchies, @schema@.hierarchy_rows FROM PUBLIC;
+GRANT SELECT ON @schema@.hierarchies, @schema@.hierarchy_rows TO PUBLIC;
+
 CREATE TABLE IF NOT EXISTS @schema@.runs (
     run_id            bigint PRIMARY KEY,
     source            text NOT NULL,     -- qualified name at run time
@@ -26,7 +60,7 @@ CREATE TABLE IF NOT EXISTS @schema@.runs (
     output_name       text NOT NULL,     -- qualified, quoted name of the output table
     output_oid        oid NOT NULL,
     keys_table        text,              -- side table <output>_keys (source key, bucket, hilbert_key, ec_id)
-    relations         text[] NOT NULL,   -- every relation the run created (uninstall --purge drops them)
+    relations         text[] NOT NULL,   -- qualified names of every relation the run created
     quasi_identifiers text[] NOT NULL,
     sensitive         text NOT NULL,
     t                 double precision NOT NULL,
@@ -47,26 +81,127 @@ CREATE TABLE IF NOT EXISTS @schema@.runs (
     discernibility    bigint,
     phases            jsonb,             -- seconds per phase
     seconds           double precision,
-    run_by            text NOT NULL DEFAULT current_user
+    run_by            text NOT NULL DEFAULT CURRENT_USER
 );
 -- columns added after 0.1.0's first catalog: an upgrade adds them to an existing table
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relations text[] NOT NULL DEFAULT '{}';
+-- identity: the OIDs of the relations the run created and the token their COMMENT carries.
+-- Rows recorded before 0.3.0 have neither, so no rerun replaces and no purge drops them.
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relation_oids oid[] NOT NULL DEFAULT '{}';
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS identity text;
 
 COMMENT ON TABLE @schema@.runs IS
-    'One row per successful sabre_anonymize call; a failed call rolls back and leaves no row';
+    'One row per successful sabre_anonymize call (a failed call rolls back and leaves no row); '
+    'each role reads its own runs';
 
 CREATE SEQUENCE IF NOT EXISTS @schema@.runs_run_id_seq OWNED BY @schema@.runs.run_id;
 
-CREATE OR REPLACE VIEW @schema@.outputs AS
-SELECT DISTINCT ON (r.output_oid)
-       r.output_oid::regclass AS output, r.run_id, r.source, r.quasi_identifiers, r.sensitive,
-       r.t, r.k, r.method, r.rows, r.classes, r.max_emd, r.ail, r.finished_at
-FROM @schema@.runs r
-JOIN pg_class c ON c.oid = r.output_oid
-ORDER BY r.output_oid, r.run_id DESC;
-COMMENT ON VIEW @schema@.outputs IS 'Existing sabre outputs with the run that produced them';
+-- Tokens of runs in progress: written and consumed by run_begin / run_record only.
+CREATE TABLE IF NOT EXISTS @schema@.run_tokens (
+    run_id    bigint PRIMARY KEY,
+    token     text NOT NULL,
+    issued_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE @schema@.run_tokens IS
+    'Secret token of each run in progress (private to the catalog owner; see run_record)';
 
-GRANT SELECT ON @schema@.hierarchies, @schema@.hierarchy_rows, @schema@.runs, @schema@.outputs TO PUBLIC;
--- every caller of sabre_anonymize records its run (outputs themselves go to the caller's schemas)
-GRANT INSERT ON @schema@.runs TO PUBLIC;
-GRANT USAGE ON SEQUENCE @schema@.runs_run_id_seq TO PUBLIC;
+ALTER TABLE @schema@.runs ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS read_own ON @schema@.runs;
+CREATE POLICY read_own ON @schema@.runs FOR SELECT USING (
+    EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) run_by
+            AND pg_catalog.pg_has_role(r.oid, 'MEMBER')));
+
+REVOKE ALL ON @schema@.runs, @schema@.run_tokens FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @schema@.runs_run_id_seq FROM PUBLIC;
+GRANT SELECT ON @schema@.runs TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION @schema@.run_begin(OUT run_id bigint, OUT token text)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    INSERT INTO @schema@.run_tokens (run_id, token)
+    VALUES (pg_catalog.nextval('@schema@.runs_run_id_seq'::pg_catalog.regclass),
+            pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', ''))
+    RETURNING run_tokens.run_id, run_tokens.token
+$fn$;
+COMMENT ON FUNCTION @schema@.run_begin() IS
+    'Internal (sabre_anonymize): a new run id and the secret token its relations must carry in '
+    'their COMMENT for run_record to accept them';
+
+CREATE OR REPLACE FUNCTION @schema@.run_record(
+    run_id bigint, output regclass, relations regclass[], source regclass, facts jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    secret text;
+    owner_oid oid;
+    rel regclass;
+BEGIN
+    DELETE FROM @schema@.run_tokens AS t WHERE t.run_id OPERATOR(pg_catalog.=) run_record.run_id
+        RETURNING t.token INTO secret;
+    IF secret IS NULL THEN
+        RAISE EXCEPTION 'run % was not begun by run_begin in this transaction', run_record.run_id
+            USING ERRCODE = '42501', HINT = 'Runs are recorded by sabre_anonymize only.';
+    END IF;
+    IF NOT (output OPERATOR(pg_catalog.=) ANY (relations)) THEN
+        RAISE EXCEPTION 'the output % is not among the relations of run %', output, run_record.run_id
+            USING ERRCODE = '22023', HINT = 'Runs are recorded by sabre_anonymize only.';
+    END IF;
+    SELECT c.relowner INTO owner_oid FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) output;
+    FOREACH rel IN ARRAY relations LOOP
+        IF pg_catalog.strpos(COALESCE(pg_catalog.obj_description(rel, 'pg_class'), ''),
+                             secret) OPERATOR(pg_catalog.=) 0
+           OR (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) rel)
+              OPERATOR(pg_catalog.<>) owner_oid THEN
+            RAISE EXCEPTION 'relation % does not carry the identity of run %', rel, run_record.run_id
+                USING ERRCODE = '42501', HINT = 'Runs are recorded by sabre_anonymize only.';
+        END IF;
+    END LOOP;
+    INSERT INTO @schema@.runs (
+        run_id, source, source_oid, output_name, output_oid, keys_table, relations, relation_oids,
+        identity, quasi_identifiers, sensitive, t, k, method, options, status, started_at,
+        finished_at, rows, classes, buckets, u, min_class_size, max_class_size, max_emd, ail,
+        discernibility, phases, seconds, run_by)
+    SELECT run_record.run_id, source::pg_catalog.text, source, output::pg_catalog.text, output,
+           relations[pg_catalog.array_length(relations, 1)]::pg_catalog.text,
+           (SELECT pg_catalog.array_agg(r::pg_catalog.text) FROM pg_catalog.unnest(relations) AS r),
+           relations::pg_catalog.oid[], secret,
+           (SELECT pg_catalog.array_agg(q) FROM pg_catalog.jsonb_array_elements_text(facts->'quasi_identifiers') AS q),
+           facts->>'sensitive', (facts->>'t')::float8, (facts->>'k')::int, facts->>'method',
+           facts->'options', 'done',
+           pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+               pg_catalog.make_interval(secs => (facts->>'seconds')::float8),
+           pg_catalog.clock_timestamp(), (facts->>'rows')::bigint, (facts->>'classes')::bigint,
+           (facts->>'buckets')::int, (facts->>'u')::float8, (facts->>'min_class_size')::bigint,
+           (facts->>'max_class_size')::bigint, (facts->>'max_emd')::float8, (facts->>'ail')::float8,
+           (facts->>'discernibility')::bigint, facts->'phases', (facts->>'seconds')::float8,
+           pg_catalog.pg_get_userbyid(owner_oid);
+END
+$fn$;
+COMMENT ON FUNCTION @schema@.run_record(bigint, regclass, regclass[], regclass, jsonb) IS
+    'Internal (sabre_anonymize): record a run begun by run_begin; run_by is the owner of its '
+    'relations, each of which must carry the run''s token in its COMMENT';
+
+-- The relations recorded runs created that still carry their run's identity (OID and token):
+-- what a rerun may replace and what uninstall --purge drops.  Each role sees its own.
+CREATE OR REPLACE FUNCTION @schema@.recorded_relations()
+RETURNS TABLE (run_id bigint, relation regclass, relkind "char")
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT r.run_id, c.oid::pg_catalog.regclass, c.relkind
+    FROM @schema@.runs AS r
+    CROSS JOIN LATERAL pg_catalog.unnest(r.relation_oids) AS o(oid)
+    JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) o.oid
+    WHERE r.identity IS NOT NULL
+      AND pg_catalog.strpos(COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), ''),
+                            r.identity) OPERATOR(pg_catalog.>) 0
+$fn$;
+COMMENT ON FUNCTION @schema@.recorded_relations() IS
+    'Relations created by recorded runs that still carry the run''s identity (OID + token in their COMMENT)';
+
+CREATE OR REPLACE VIEW @schema@.outputs WITH (security_invoker = true) AS
+SELECT r.output_oid::pg_catalog.regclass AS output, r.run_id, r.source, r.quasi_identifiers, r.sensitive,
+       r.t, r.k, r.method, r.rows, r.classes, r.max_emd, r.ail, r.finished_at, r.run_by
+FROM @schema@.runs AS r
+JOIN @schema@.recorded_relations() AS x
+  ON x.run_id OPERATOR(pg_catalog.=) r.run_id AND x.relation::pg_catalog.oid OPERATOR(pg_catalog.=) r.output_oid;
+COMMENT ON VIEW @schema@.outputs IS 'Existing sabre outputs with the run that produced them (your own runs)';
+REVOKE ALL ON @schema@.outputs FROM PUBLIC;
+GRANT SELECT ON @schema@.outputs TO PUBLIC;

@@ -4,7 +4,7 @@
 CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy(
     name text, csv text, delimiter text DEFAULT ';')
 RETURNS TABLE (hierarchy text, leaves integer, height integer)
-LANGUAGE plpython3u VOLATILE AS $fn$
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import hierarchies
 return hierarchies.define(plpy, name, csv, delimiter)
@@ -13,10 +13,37 @@ COMMENT ON FUNCTION @schema@.sabre_define_hierarchy(text, text, text) IS
     'Store (or replace) an ARX-format hierarchy: one row per leaf, leaf;level1;...;root';
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_drop_hierarchy(name text)
-RETURNS boolean LANGUAGE sql VOLATILE AS $fn$
-    WITH d AS (DELETE FROM @schema@.hierarchies h WHERE h.name = $1 RETURNING 1)
-    SELECT count(*) > 0 FROM d
+RETURNS boolean
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import hierarchies
+return hierarchies.drop(plpy, name)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy(text) IS
+    'Drop a hierarchy you own (true), or return false when none has that name';
+
+-- One implementation of sabre_anonymize; the two overloads below are thin wrappers.
+-- source is the relation's OID (NULL when source_name, the caller's text, names none).
+CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize_impl(
+    source            oid,
+    source_name       text,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision,
+    k                 integer,
+    method            text,
+    output            text,
+    options           jsonb)
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision, ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import anonymize
+return anonymize.run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_anonymize_impl(oid, text, text[], text, double precision, integer, text, text, jsonb) IS
+    'Internal: the implementation behind both sabre_anonymize overloads';
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     source            regclass,
@@ -30,16 +57,15 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
 RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                min_class_size bigint, max_emd double precision, ail double precision,
                seconds double precision)
-LANGUAGE plpython3u VOLATILE AS $fn$
-@bootstrap@
-from sabre_plpy import anonymize
-return anonymize.run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options)
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text, double precision, integer, text, text, jsonb) IS
     'SABRE t-closeness (Cao et al., VLDB J. 2011): materialize a generalized, t-close, k-anonymous copy of source';
 
 -- The same, with the source given as text: a missing table then gets sabre's error and hint
--- instead of the regclass cast's.
+-- instead of the regclass cast's.  This wrapper alone runs with the caller's search_path
+-- (the name resolves as the caller expects), so every name in its body is qualified.
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     source            text,
     quasi_identifiers text[],
@@ -52,11 +78,11 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
 RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                min_class_size bigint, max_emd double precision, ail double precision,
                seconds double precision)
-LANGUAGE plpython3u VOLATILE AS $fn$
-@bootstrap@
-from sabre_plpy import anonymize
-return anonymize.run(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options)
+LANGUAGE sql VOLATILE AS $fn$
+    SELECT * FROM @schema@.sabre_anonymize_impl(pg_catalog.to_regclass($1)::pg_catalog.oid, $1, $2, $3, $4, $5, $6, $7, $8)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_anonymize(text, text[], text, double precision, integer, text, text, jsonb) IS
+    'sabre_anonymize with the source named as text, resolved with the caller''s search_path';
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
     output    regclass,
@@ -65,7 +91,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
     k         integer DEFAULT 1,
     hierarchy text DEFAULT NULL)
 RETURNS TABLE (classes bigint, violations bigint, max_emd double precision, min_class_size bigint)
-LANGUAGE plpython3u STABLE AS $fn$
+LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import verify
 return verify.run(plpy, output, sensitive, t, k, hierarchy)

@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_utility(
 RETURNS TABLE (rows bigint, classes bigint, ail double precision, discernibility bigint,
                aecs double precision, aecs_normalized double precision,
                min_class_size bigint, max_class_size bigint)
-LANGUAGE plpython3u STABLE AS $fn$
+LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import utility
 return utility.utility(plpy, output, source, quasi_identifiers, sensitive, options)
@@ -34,7 +34,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_query_error_stats(
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (median_relative_error double precision, mean_relative_error double precision,
                answered bigint, dropped bigint)
-LANGUAGE plpython3u STABLE AS $fn$
+LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import utility
 return utility.query_error(plpy, output, source, quasi_identifiers, sensitive, queries,
@@ -54,7 +54,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_query_error(
     selectivity       double precision DEFAULT 0.1,
     seed              integer DEFAULT 1,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS double precision LANGUAGE sql STABLE AS $fn$
+RETURNS double precision LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT s.median_relative_error
     FROM @schema@.sabre_query_error_stats($1, $2, $3, $4, $5, $6, $7, $8, $9) AS s
 $fn$;
@@ -69,7 +69,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_kl_cuboids(
     level             integer DEFAULT 2,
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (cuboid text[], kl_divergence double precision)
-LANGUAGE plpython3u STABLE AS $fn$
+LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import utility
 return utility.kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, options)
@@ -84,8 +84,8 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_kl_divergence(
     sensitive         text DEFAULT NULL,
     level             integer DEFAULT 2,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS double precision LANGUAGE sql STABLE AS $fn$
-    SELECT avg(c.kl_divergence) FROM @schema@.sabre_kl_cuboids($1, $2, $3, $4, $5, $6) AS c
+RETURNS double precision LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT pg_catalog.avg(c.kl_divergence) FROM @schema@.sabre_kl_cuboids($1, $2, $3, $4, $5, $6) AS c
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_kl_divergence(regclass, regclass, text[], text, integer, jsonb) IS
     'KL-divergence of the datacube of level mu (SABRE §6.2): mean over its cuboids, in nats';

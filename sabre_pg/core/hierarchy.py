@@ -135,9 +135,11 @@ class Hierarchy:
         return cls(parse_arx(text, delimiter), name=name)
 
     @classmethod
-    def flat(cls, values, root: str = "*", name: str | None = None) -> "Hierarchy":
+    def flat(cls, values, root: str | None = None, name: str | None = None) -> "Hierarchy":
         """Every leaf directly under one root: the equal ground distance."""
         vals = [str(v) for v in values]
+        if root is None:
+            root = "*" if "*" not in vals else "(any)"
         if not vals:
             raise HierarchyError("a flat hierarchy needs at least one value")
         if len(vals) == 1 and vals[0] == root:

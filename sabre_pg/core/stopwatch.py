@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 ENGINE_PHASES = ("bucketize", "redistribute", "hilbert", "takeout", "generalize", "metrics")
 PHASES = ("validate", "summary", "read") + ENGINE_PHASES + (
-    "write_keys", "build_classes", "build_output", "check", "swap", "record", "total")
+    "write_keys", "build_classes", "build_output", "check", "swap", "total")
 
 
 class Stopwatch:

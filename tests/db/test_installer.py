@@ -165,7 +165,7 @@ def test_purge_refuses_a_dependent_view_unless_cascade(pg_conn):
 
 
 def test_purge_without_recorded_relations_refuses(pg_conn):
-    pg_conn.execute("DROP FUNCTION IF EXISTS sabre.recorded_relations()")
+    pg_conn.execute("DROP FUNCTION sabre.recorded_relations() CASCADE")  # and the outputs view
     with pytest.raises(installer.InstallError, match="recorded_relations"):
         installer.uninstall(pg_conn, "sabre", purge=True)
     assert schema_exists(pg_conn, "sabre")

@@ -1,0 +1,116 @@
+"""Errors of the PL/Python entry points: named SQLSTATEs and one constructor per kind.
+
+Stage code raises :class:`SabreError` (pure Python, so it can be tested without a server);
+each entry point runs inside :func:`reported`, which turns it into a PostgreSQL error with
+SQLSTATE, message, DETAIL and HINT.  (In the style of PostgreSQL Anonymizer's error.rs.)
+"""
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+
+INVALID_PARAMETER = "22023"
+NULL_NOT_ALLOWED = "22004"
+BAD_FILE_FORMAT = "22P04"
+UNDEFINED_TABLE = "42P01"
+UNDEFINED_COLUMN = "42703"
+UNDEFINED_OBJECT = "42704"
+INVALID_SCHEMA = "3F000"
+DUPLICATE_COLUMN = "42701"
+DUPLICATE_TABLE = "42P07"
+DATATYPE_MISMATCH = "42804"
+INVALID_NAME = "42602"
+NAME_TOO_LONG = "42622"
+INSUFFICIENT_PRIVILEGE = "42501"
+DEPENDENT_OBJECTS = "2BP01"
+LOCK_NOT_AVAILABLE = "55P03"
+SERIALIZATION_FAILURE = "40001"
+INTERNAL = "XX000"
+
+
+class SabreError(Exception):
+    """An error to report to the caller as a PostgreSQL error."""
+
+    def __init__(self, sqlstate: str, message: str, hint: str | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.sqlstate, self.message, self.hint, self.detail = sqlstate, message, hint, detail
+
+
+def invalid_parameter(message, hint, detail=None):
+    return SabreError(INVALID_PARAMETER, message, hint, detail)
+
+
+def null_not_allowed(message, hint):
+    return SabreError(NULL_NOT_ALLOWED, message, hint)
+
+
+def undefined_column(message, hint):
+    return SabreError(UNDEFINED_COLUMN, message, hint)
+
+
+def undefined_table(message, hint):
+    return SabreError(UNDEFINED_TABLE, message, hint)
+
+
+def duplicate_column(message, hint):
+    return SabreError(DUPLICATE_COLUMN, message, hint)
+
+
+def duplicate_table(message, hint):
+    return SabreError(DUPLICATE_TABLE, message, hint)
+
+
+def datatype_mismatch(message, hint):
+    return SabreError(DATATYPE_MISMATCH, message, hint)
+
+
+def invalid_name(message, hint):
+    return SabreError(INVALID_NAME, message, hint)
+
+
+def name_too_long(message, hint):
+    return SabreError(NAME_TOO_LONG, message, hint)
+
+
+def insufficient_privilege(message, hint):
+    return SabreError(INSUFFICIENT_PRIVILEGE, message, hint)
+
+
+def dependent_objects(message, hint, detail=None):
+    return SabreError(DEPENDENT_OBJECTS, message, hint, detail)
+
+
+def lock_not_available(message, hint):
+    return SabreError(LOCK_NOT_AVAILABLE, message, hint)
+
+
+def source_changed(message, hint):
+    return SabreError(SERIALIZATION_FAILURE, message, hint)
+
+
+def raise_sql(plpy, error: SabreError):
+    """Raise ``error`` as a PostgreSQL error (plpy.error does not return)."""
+    kw = {"sqlstate": error.sqlstate}
+    if error.hint:
+        kw["hint"] = error.hint
+    if error.detail:
+        kw["detail"] = error.detail
+    plpy.error(error.message, **kw)
+
+
+@contextmanager
+def reported(plpy):
+    """Run an entry point: a :class:`SabreError` raised inside becomes a PostgreSQL error."""
+    try:
+        yield
+    except SabreError as e:
+        raise_sql(plpy, e)
+
+
+def entry_point(fn):
+    """Decorate an entry point ``fn(plpy, ...)`` to run inside :func:`reported`."""
+    @functools.wraps(fn)
+    def wrapper(plpy, *args, **kwargs):
+        with reported(plpy):
+            return fn(plpy, *args, **kwargs)
+    return wrapper

@@ -1,0 +1,482 @@
+"""Stage 4 of sabre_anonymize: publish the classes.
+
+1. the run begins in the catalog (``run_begin``: its id and a secret token) and takes the
+   output's advisory lock, so two runs to one output are serialized (the second fails fast);
+2. a previous output is replaced only if a recorded run of the same owner created it and it
+   still carries that run's identity (OID + token in its COMMENT), never by name alone;
+3. the side table ``<output>_keys``, ``<output>_classes`` and ``<output>`` are built under
+   temporary names; rows of a class appear in random order (nothing about source order or
+   source values within a class can be read from the physical order);
+4. the **pre-swap check** recomputes every class size and class EMD from the rows actually
+   written, with the verifier's independent exact EMD: any mismatch aborts with 40001;
+5. the **swap**, under ``lock_timeout``: objects depending on the previous output are never
+   dropped silently, grants on it carry over, the new relations take its names;
+6. the run records itself through ``run_record`` (run_by and identity from the server).
+
+SQL is built by pure functions (``*_sql``) beside their execution, so it is unit-tested with
+a fake ``plpy``.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import closeness
+from . import common as C
+from . import errors as E
+from . import transfer as T
+
+LOCK_CLASS = 0x5AB2E           # first key of sabre's advisory locks (the output's hash is the second)
+SUBSCRIPT_LABELS = 256         # hierarchies with at most this many nodes label by array subscript
+EXACT_TYPES = C.INTEGER_TYPES + ("float4", "float8", "date")
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: int
+    token: str
+
+    def comment(self, text: str) -> str:
+        return "%s (sabre-pg run %d, identity %s)" % (text, self.run_id, self.token)
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The relations of a previous output this run replaces: {suffix: oid}."""
+    relations: dict
+
+    @property
+    def oids(self) -> list:
+        return list(self.relations.values())
+
+
+def begin(plpy, req) -> Run:
+    """A run id and token from the catalog, and the output's lock (fail fast if taken)."""
+    got = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.pg_try_advisory_xact_lock(%d, pg_catalog.hashtext($1)) AS ok" % LOCK_CLASS,
+        ["text"]), [req.output.qualified()])[0]["ok"]
+    if not got:
+        raise E.lock_not_available(
+            "another sabre_anonymize run is writing the output %s" % req.output.qualified(),
+            "Wait for it to finish and run again, or choose another output name.")
+    r = plpy.execute("SELECT run_id, token FROM %s()" % C.catalog("run_begin"))[0]
+    return Run(r["run_id"], r["token"])
+
+
+def previous(plpy, req) -> Previous:
+    """The previous output's relations, each checked to be replaceable (see module doc)."""
+    found = {}
+    for suffix in ("", "_classes", "_keys"):
+        name = req.output.qualified(suffix)
+        r = plpy.execute(plpy.prepare(
+            "SELECT c.oid, c.relowner OPERATOR(pg_catalog.=) u.oid AS mine, EXISTS (SELECT 1 FROM %s() x "
+            "WHERE x.relation OPERATOR(pg_catalog.=) c.oid) AS recorded FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace, "
+            "pg_catalog.pg_roles u WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER "
+            "AND n.nspname OPERATOR(pg_catalog.=) $1 AND c.relname OPERATOR(pg_catalog.=) $2"
+            % C.catalog("recorded_relations"), ["name", "name"]),
+            [req.output.schema, req.output.name + suffix])
+        if not len(r):
+            continue
+        if r[0]["oid"] == req.source["oid"]:
+            raise E.duplicate_table("the output %s is the source itself" % name,
+                                    "The source is never modified: choose another output name.")
+        if not (r[0]["recorded"] and r[0]["mine"]):
+            raise E.duplicate_table(
+                "relation %s already exists and is not an output of one of your recorded runs" % name,
+                "Choose another output name or drop that relation yourself; sabre replaces only outputs "
+                "a recorded run of the same owner created and that still carry its identity (the run "
+                "token in their COMMENT).")
+        if not req.options.replace:
+            raise E.duplicate_table("output %s already exists" % name,
+                                    "Set options.replace to true (the default) to replace sabre's previous output.")
+        found[suffix] = r[0]["oid"]
+    return Previous(found)
+
+
+# ---------------------------------------------------------------------------- side table
+def keys_sql(table, key, keys, result):
+    """(SQL, types, params) of the side table, in index order (bucket, hilbert_key): one
+    unnest of the Hilbert keys and bit-packed words holding the EC id, the bucket and (integer
+    keys whose range fits) the source key as an offset from its minimum; other keys as text."""
+    order = result.by_bucket_and_key()
+    fields = [("ec", result.ec[order]), ("bucket", result.bucket_of_tuple[order])]
+    integer = isinstance(keys, np.ndarray)
+    base = int(keys.min()) if integer else 0
+    packed_key = integer and int(keys.max()) - base < 1 << T.WORD_BITS
+    if packed_key:
+        fields.insert(0, ("key", keys[order] - base))
+    pack = T.BitPack(fields)
+    words = ["u.w%d" % j for j in range(len(pack.words))]
+    columns = ["pg_catalog.unnest($1::int8[]) AS hilbert_key"] + [
+        "pg_catalog.unnest($%d::int8[]) AS w%d" % (j + 2, j) for j in range(len(words))]
+    params = [result.keys[order].tolist()] + [w.tolist() for w in pack.words]
+    types = ["int8[]"] * len(params)
+    if packed_key:
+        key_expr = "(%d::int8 + %s)" % (base, pack.sql("key", words))
+    else:
+        key_expr = "u.key"
+        columns.append("pg_catalog.unnest($%d::%s[]) AS key" % (len(params) + 1, "int8" if integer else "text"))
+        params.append(keys[order].tolist() if integer else [keys[i] for i in order.tolist()])
+        types.append("int8[]" if integer else "text[]")
+    # UNLOGGED: derived data, rebuilt by rerunning; skipping WAL halves the write.
+    # (unnest in the select list streams; in FROM it would first materialize the rows)
+    sql = ("CREATE UNLOGGED TABLE %s AS SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, "
+           "%s AS ec_id FROM (SELECT %s) AS u" % (table, key_expr, key.col["type"], pack.sql("bucket", words),
+                                                  pack.sql("ec", words), ", ".join(columns)))
+    return sql, types, params
+
+
+def write_keys(plpy, req, run, keys, result):
+    table = req.output.temporary_qualified(run.run_id, "k")
+    _execute(plpy, keys_sql(table, req.key, keys, result))
+    plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
+        C.ident(req.output.temporary(run.run_id, "k_idx")), table))
+    owner_only(plpy, table)
+    return table
+
+
+def _execute(plpy, statement):
+    sql, types, params = statement
+    plpy.execute(plpy.prepare(sql, types), params)
+
+
+def owner_only(plpy, table):
+    """Drop privileges that default privileges gave to others: the side table maps source
+    keys to SA buckets and is for sabre and its owner only."""
+    for r in plpy.execute(plpy.prepare(grants_sql(), ["regclass"]), [table]):
+        plpy.execute("REVOKE ALL ON %s FROM %s" % (table, r["grantee"]))
+
+
+def grants_sql():
+    """Each grant on a relation ($1, regclass) to a role other than its owner: grantee (quoted,
+    or PUBLIC), privilege, grant option."""
+    return ("SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' "
+            "ELSE pg_catalog.quote_ident(r.rolname) END AS grantee, a.privilege_type, a.is_grantable "
+            "FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a "
+            "LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee "
+            "WHERE c.oid OPERATOR(pg_catalog.=) $1 "
+            "AND a.grantee OPERATOR(pg_catalog.<>) c.relowner")
+
+
+# ---------------------------------------------------------------------------- classes
+class ClassesTable:
+    """``<output>_classes``: one row per EC, from arrays sent in bulk.  Sizes, integer range
+    ends (offsets from the column minimum) and hierarchy node ids travel bit-packed; float
+    range ends and EMDs as float8; labels by subscript or join with each hierarchy's labels;
+    numeric (arbitrary precision) ranges are exact aggregates over the source."""
+
+    def __init__(self, req, result, data, keys_table, hierarchies):
+        self.req, self.result, self.keys_table, self.hierarchies = req, result, keys_table, hierarchies
+        self.fields = [("size", result.sizes)]
+        self.floats, self.selects, self.exact_aggs = [], [], []
+        for i, a in enumerate(req.qis):
+            if a.numerical and a.typname == "numeric":
+                self._exact(a)
+            elif a.numerical and a.typname in C.INTEGER_TYPES:
+                self._integer(a, result.generalization[i], int(data[i].min()))
+            elif a.numerical:
+                self._float(a, result.generalization[i])
+            else:
+                self._label(a, result.generalization[i])
+
+    # Each column is a function of the statement being built (pack, words, params, types,
+    # joins) returning its select expression, so columns keep the QIs' order.
+    def _exact(self, a):
+        for suffix, agg in (("_lo", "min"), ("_hi", "max")):
+            column = C.ident(a.name + suffix)
+            self.exact_aggs.append("pg_catalog.%s(s.%s)::%s AS %s" % (agg, C.ident(a.name), a.col["type"], column))
+            self.selects.append(lambda st, column=column: "g.%s" % column)
+
+    def _integer(self, a, g, base):
+        for suffix, ends in (("_lo", g.lo), ("_hi", g.hi)):
+            name = a.name + suffix
+            self.fields.append((name, np.asarray(ends, dtype=np.int64) - base))
+            self.selects.append(lambda st, name=name: "(%d + %s)::%s AS %s" % (
+                base, st.field(name), a.col["type"], C.ident(name)))
+
+    def _float(self, a, g):
+        for suffix, ends in (("_lo", g.lo), ("_hi", g.hi)):
+            self.floats.append(np.asarray(ends, dtype=np.float64))
+            expr = from_float("u.f%d" % (len(self.floats) - 1), a.col) + " AS %s" % C.ident(a.name + suffix)
+            self.selects.append(lambda st, expr=expr: expr)
+
+    def _label(self, a, g):
+        self.fields.append((a.name, g.node))
+        labels = list(self.hierarchies[a.name].labels)
+        self.selects.append(lambda st: st.label(a.name, labels))
+
+    def statement(self, table):
+        """(SQL, types, params)."""
+        st = _Statement(T.BitPack(self.fields), self.result.emds, self.floats)
+        select = ["u.ec_id", "%s AS size" % st.field("size"), "u.emd"] + [make(st) for make in self.selects]
+        sql = "CREATE TABLE %s AS SELECT %s FROM (SELECT pg_catalog.generate_series(0::int8, %d::int8) AS ec_id, %s) " \
+              "AS u %s" % (table, ", ".join(select), self.result.n_classes - 1, ", ".join(st.unnests), " ".join(st.joins))
+        if self.exact_aggs:
+            sql += (" JOIN (SELECT k.ec_id AS g_ec, %s FROM %s AS s JOIN %s AS k ON k.key = s.%s GROUP BY k.ec_id)"
+                    " AS g ON g.g_ec = u.ec_id" % (", ".join(self.exact_aggs), self.req.source["qname"],
+                                                   self.keys_table, C.ident(self.req.key.name)))
+        return sql, st.types, st.params
+
+
+class _Statement:
+    """Parameters, unnests and joins of the classes statement as its columns are added."""
+
+    def __init__(self, pack, emds, floats):
+        self.pack, self.words = pack, ["u.w%d" % j for j in range(len(pack.words))]
+        self.params, self.types, self.unnests, self.joins = [], [], [], []
+        self.array("emd", emds.tolist(), "float8[]")
+        for j, w in enumerate(pack.words):
+            self.array("w%d" % j, w.tolist(), "int8[]")
+        for j, f in enumerate(floats):
+            self.array("f%d" % j, f.tolist(), "float8[]")
+
+    def array(self, name, values, sqltype):
+        self.params.append(values)
+        self.types.append(sqltype)
+        self.unnests.append("pg_catalog.unnest($%d::%s) AS %s" % (len(self.params), sqltype, name))
+
+    def field(self, name):
+        return self.pack.sql(name, self.words)
+
+    def label(self, name, labels):
+        """A hierarchy node's label: by subscript of a short list, else a hash join."""
+        self.params.append(labels)
+        self.types.append("text[]")
+        if len(labels) <= SUBSCRIPT_LABELS:     # a short text array: subscripting beats a join
+            return "($%d::text[])[%s + 1] AS %s" % (len(self.params), self.field(name), C.ident(name))
+        j = len(self.joins)
+        self.joins.append("JOIN pg_catalog.unnest($%d::text[]) WITH ORDINALITY AS l%d(label, id) "
+                          "ON l%d.id = %s + 1" % (len(self.params), j, j, self.field(name)))
+        return "l%d.label AS %s" % (j, C.ident(name))
+
+
+def write_classes(plpy, req, run, result, data, keys_table, hierarchies):
+    table = req.output.temporary_qualified(run.run_id, "c")
+    # the planner cannot estimate joins on unpacked bit fields and would pick nested loops
+    # over the label lists (quadratic); hash joins are right for these small lists
+    with C.settings(plpy, enable_nestloop="off"):
+        _execute(plpy, ClassesTable(req, result, data, keys_table, hierarchies).statement(table))
+    plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
+        table, C.ident(req.output.temporary(run.run_id, "c_pkey"))))
+    return table
+
+
+# ---------------------------------------------------------------------------- output
+def exact_from_codes(sa) -> bool:
+    """Whether the SA's own values can be rebuilt exactly from what was read (so the output
+    needs no join with the source): integers, float4/float8 and dates read as numbers, any
+    categorical type from its leaf's text."""
+    return not sa.numerical or sa.typname in EXACT_TYPES
+
+
+def shuffled_by_class(ec: np.ndarray, n_classes: int) -> np.ndarray:
+    """Row positions grouped by class (classes in id order), in a random order within each
+    class drawn from the OS's randomness, not from options.seed: the physical order of a
+    class's rows then says nothing about the source's order or values."""
+    rng = np.random.default_rng(secrets.randbits(128))
+    perm = rng.permutation(len(ec))
+    return perm[np.argsort(ec[perm], kind="stable")]
+
+
+def output_from_classes_sql(req, table, classes, summary, codes, result):
+    """(SQL, types, params): <output> by expanding each class (in ec_id order) into its rows'
+    SA values: one array grouped by EC (an integer SA's own values, else codes), each class
+    unnests its slice."""
+    sa, gen = req.sa, req.generalized_columns()
+    sorted_codes = np.asarray(codes, dtype=np.int64)[shuffled_by_class(result.ec, result.n_classes)]
+    starts = np.concatenate(([0], np.cumsum(result.sizes)[:-1])).tolist()
+    class_columns = ", ".join("c.%s" % C.ident(g) for g in gen)
+    slice_ = "pg_catalog.unnest(($1::%s[])[($2::int8[])[c.ec_id + 1] + 1 : ($2::int8[])[c.ec_id + 1] + c.size])"
+    if sa.numerical and sa.typname in C.INTEGER_TYPES:
+        # the values themselves, in the column's own type: no lookup per row
+        sql = "CREATE TABLE %s AS SELECT c.ec_id, %s, %s AS %s FROM %s AS c" % (
+            table, class_columns, slice_ % sa.typname, C.ident(sa.name), classes)
+        return sql, ["%s[]" % sa.typname, "int8[]"], [summary.distinct[sorted_codes].tolist(), starts]
+    outer = ", ".join("x.%s" % C.ident(g) for g in gen)
+    if sa.numerical:
+        value, join = from_float("($3::float8[])[x.code + 1]", sa.col), ""
+        values, vtype = np.asarray(summary.distinct, dtype=np.float64).tolist(), "float8[]"
+    else:
+        value = "m.v::%s" % sa.col["type"]
+        join = " JOIN pg_catalog.unnest($3::text[]) WITH ORDINALITY AS m(v, i) ON m.i = x.code + 1"
+        values, vtype = list(summary.hierarchy.leaves), "text[]"
+    sql = "CREATE TABLE %s AS SELECT x.ec_id, %s, %s AS %s FROM (SELECT c.ec_id, %s, %s AS code " \
+          "FROM %s AS c) AS x%s" % (table, outer, value, C.ident(sa.name), class_columns, slice_ % "int8",
+                                    classes, join)
+    return sql, ["int8[]", "int8[]", vtype], [sorted_codes.tolist(), starts, values]
+
+
+def output_from_source_sql(req, table, classes, keys_table):
+    """<output> joined from the source (keep columns, or an SA not rebuilt exactly from codes),
+    rows of a class in random order."""
+    select = ["k.ec_id"] + ["c.%s" % C.ident(g) for g in req.generalized_columns()] + \
+             ["s.%s" % C.ident(req.sa.name)] + ["s.%s" % C.ident(c) for c in req.options.keep]
+    return ("CREATE TABLE %s AS SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
+            "JOIN %s AS c ON c.ec_id = k.ec_id ORDER BY k.ec_id, pg_catalog.random()" % (
+                table, ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
+
+
+def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
+    table = req.output.temporary_qualified(run.run_id, "o")
+    if not req.options.keep and exact_from_codes(req.sa):
+        # serial: a parallel worker would first copy the array parameters (+0.4 s at 1M rows)
+        with C.settings(plpy, max_parallel_workers_per_gather=0):
+            _execute(plpy, output_from_classes_sql(req, table, classes, summary, codes, result))
+    else:
+        plpy.execute(output_from_source_sql(req, table, classes, keys_table))
+    return table
+
+
+# ---------------------------------------------------------------------------- check
+def check_written(plpy, req, table, result, hierarchy):
+    """The pre-swap check: class sizes and EMDs recomputed from the rows written to ``table``
+    with the independent exact EMD must be the engine's classes, each >= k rows and within t."""
+    written = closeness.measure(plpy, table, req.sa.name, req.sa.col, hierarchy)
+    expected = np.sort(result.sizes)
+    if written.classes != result.n_classes or not np.array_equal(np.sort(written.sizes), expected):
+        raise E.source_changed(
+            "the output written differs from the classes computed (%d classes written, %d computed): "
+            "the source changed while sabre read it" % (written.classes, result.n_classes),
+            "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
+            "its queries see one snapshot.")
+    violations = written.violations(req.t, req.k)
+    if violations:
+        raise E.source_changed(
+            "%d class(es) of the output written violate t = %g or k = %d (max EMD %.6g, smallest class %d): "
+            "the source changed while sabre read it" % (violations, req.t, req.k, written.max_emd,
+                                                        written.min_class_size),
+            "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
+            "its queries see one snapshot.")
+    return written
+
+
+# ---------------------------------------------------------------------------- swap
+def dependents_sql():
+    """Objects outside the relations $1 (oid[]) that depend on them, recursively through views
+    and materialized views: (oid of a dependent relation or NULL, description)."""
+    return (
+        "WITH RECURSIVE dep(oid, what) AS ("
+        " SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+        "   THEN rw.ev_class END, pg_catalog.pg_describe_object(d.classid, d.objid, 0)"
+        " FROM pg_catalog.pg_depend d LEFT JOIN pg_catalog.pg_rewrite rw"
+        "   ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+        "  AND rw.oid OPERATOR(pg_catalog.=) d.objid"
+        " LEFT JOIN pg_catalog.pg_constraint co"
+        "   ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass"
+        "  AND co.oid OPERATOR(pg_catalog.=) d.objid"
+        " WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+        "   AND d.refobjid OPERATOR(pg_catalog.=) ANY ($1) AND d.deptype OPERATOR(pg_catalog.=) 'n'"
+        "   AND NOT COALESCE(rw.ev_class OPERATOR(pg_catalog.=) ANY ($1), false)"
+        "   AND NOT COALESCE(co.conrelid OPERATOR(pg_catalog.=) ANY ($1), false)"
+        "   AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+        "            AND d.objid OPERATOR(pg_catalog.=) ANY ($1))"
+        " UNION"
+        " SELECT rw.ev_class, pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass, rw.ev_class, 0)"
+        " FROM dep JOIN pg_catalog.pg_depend d ON d.refobjid OPERATOR(pg_catalog.=) dep.oid"
+        "  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+        "  AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+        " JOIN pg_catalog.pg_rewrite rw ON rw.oid OPERATOR(pg_catalog.=) d.objid"
+        "  AND rw.ev_class OPERATOR(pg_catalog.<>) dep.oid"
+        ") SELECT DISTINCT oid, what FROM dep ORDER BY what")
+
+
+def check_dependents(plpy, req, prev: Previous):
+    """Dependent objects of the previous output: never dropped silently; the source never."""
+    if not prev.oids:
+        return
+    found = plpy.execute(plpy.prepare(dependents_sql(), ["oid[]"]), [prev.oids])
+    if not len(found):
+        return
+    names = [r["what"] for r in found]
+    if any(r["oid"] == req.source["oid"] for r in found):
+        raise E.dependent_objects(
+            "the source %s depends on the previous output %s, which this run would replace"
+            % (req.source["qname"], req.output.qualified()),
+            "Choose another output name: the source is never dropped.", "dependent objects: %s" % ", ".join(names))
+    if not req.options.cascade:
+        raise E.dependent_objects(
+            "cannot replace the output %s: other objects depend on it: %s"
+            % (req.output.qualified(), ", ".join(names[:10]) + (" and %d more" % (len(names) - 10)
+                                                               if len(names) > 10 else "")),
+            "Drop or change them first, choose another output name, or pass options => "
+            "'{\"cascade\": true}' to drop them with the previous output.")
+
+
+def swap(plpy, req, run, prev: Previous, built: dict):
+    """Replace the previous output by the relations ``built`` ({suffix: temporary qualified
+    name}) under lock_timeout: grants carry over, comments carry the run's identity."""
+    check_dependents(plpy, req, prev)
+    grants = {suffix: list(plpy.execute(plpy.prepare(grants_sql(), ["regclass"]), [str(oid)]))
+              for suffix, oid in prev.relations.items()}
+    try:
+        with plpy.subtransaction(), C.settings(plpy, lock_timeout=req.options.lock_timeout):
+            if prev.oids:
+                # autovacuum may be analyzing the previous output; it yields to our lock only
+                # after deadlock_timeout (1 s by default) -- shorten that where the caller may
+                with C.settings(plpy, optional=True, deadlock_timeout="20ms"):
+                    plpy.execute("DROP TABLE %s%s" % (", ".join(
+                        req.output.qualified(s) for s in prev.relations), " CASCADE" if req.options.cascade else ""))
+            _rename(plpy, req, run, built)
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) != E.LOCK_NOT_AVAILABLE:
+            raise
+        raise E.lock_not_available(
+            "could not replace the output %s within lock_timeout %s: other sessions are reading it"
+            % (req.output.qualified(), req.options.lock_timeout),
+            "Run again when the readers are done, or raise options.lock_timeout (e.g. '30s').")
+    for suffix, rows in grants.items():
+        for g in rows:
+            plpy.execute("GRANT %s ON %s TO %s%s" % (g["privilege_type"], req.output.qualified(suffix),
+                                                     g["grantee"], " WITH GRANT OPTION" if g["is_grantable"] else ""))
+
+
+def _rename(plpy, req, run, built):
+    out = req.output
+    plpy.execute("ALTER INDEX %s RENAME TO %s" % (out.temporary_qualified(run.run_id, "c_pkey"),
+                                                  C.ident(out.name + "_classes_pkey")))
+    plpy.execute("ALTER INDEX %s RENAME TO %s" % (out.temporary_qualified(run.run_id, "k_idx"),
+                                                  C.ident(out.name + "_keys_idx")))
+    for suffix, table in built.items():
+        plpy.execute("ALTER TABLE %s RENAME TO %s" % (table, C.ident(out.name + suffix)))
+
+
+def comment(plpy, req, run):
+    """Each relation's COMMENT, carrying the run's identity (only an owner can set it)."""
+    texts = {"": "sabre-pg output of run %d: %s anonymized with SABRE-%s, t = %g, k = %d" % (
+                 run.run_id, req.source["qname"], req.method.upper(), req.t, req.k),
+             "_classes": "sabre-pg equivalence classes of run %d" % run.run_id,
+             "_keys": "sabre-pg run %d: source key -> SA bucket, Hilbert key, equivalence class" % run.run_id}
+    for suffix, text in texts.items():
+        plpy.execute("COMMENT ON TABLE %s IS %s" % (req.output.qualified(suffix),
+                                                    plpy.quote_literal(run.comment(text))))
+
+
+def record(plpy, req, run, facts: dict) -> int:
+    """Record the run through the catalog's owner-defined path; returns the output's OID."""
+    names = [req.output.qualified(s) for s in ("", "_classes", "_keys")]
+    out = plpy.execute(plpy.prepare(
+        "SELECT %s($1, $2::pg_catalog.regclass, $3::pg_catalog.regclass[], $4::pg_catalog.oid::pg_catalog.regclass, "
+        "$5::jsonb), $2::pg_catalog.regclass::pg_catalog.oid AS output" % C.catalog("run_record"),
+        ["int8", "text", "text[]", "oid", "text"]),
+        [run.run_id, names[0], names, req.source["oid"], json.dumps(facts)])
+    return out[0]["output"]
+
+
+def from_float(expr, col):
+    """Cast a float8 expression back to the column's own type."""
+    typname = col["typname"]
+    if typname == "date":
+        return "(date '1970-01-01' + (%s)::int)" % expr
+    if typname == "timestamptz":
+        return "pg_catalog.to_timestamp(%s)" % expr
+    if typname == "timestamp":
+        return "(pg_catalog.to_timestamp(%s) AT TIME ZONE 'UTC')" % expr
+    if typname == "interval":
+        return "pg_catalog.make_interval(secs => %s)" % expr
+    if typname in ("time", "timetz"):
+        return "(time '00:00' + pg_catalog.make_interval(secs => %s))::%s" % (expr, col["type"])
+    return "(%s)::%s" % (expr, col["type"])
