@@ -523,15 +523,20 @@ def uninstall(conn: psycopg.Connection, schema: str = "sabre", purge: bool = Fal
 # Check: the installation against the package and against a reference install
 # --------------------------------------------------------------------------------------
 SEARCH_PATH_PIN = "search_path=pg_catalog, pg_temp"
-# Functions allowed without SEARCH_PATH_PIN: thin SQL wrappers whose body names every
-# object with its schema. Entries are "name(argument types)", as regprocedure spells them
-# without the schema (e.g. "sabre_version()").
-QUALIFIED_WRAPPERS: tuple[str, ...] = ()
+# Functions allowed without SEARCH_PATH_PIN: thin SQL wrappers that must run with the
+# caller's search_path and name every object in their body with its schema (see
+# sql/20_api.sql). Entries are "name(argument types)" without the schema.
+QUALIFIED_WRAPPERS: tuple[str, ...] = (
+    "sabre_anonymize(text,text[],text,double precision,integer,text,text,jsonb)",
+)
 # Catalog tables that must have row-level security enabled.
 RLS_TABLES = ("runs", "hierarchies")
-# Grants the README tells the DBA to make, by object kind, beyond what the SQL grants.
-# (A role may also be granted any privilege the SQL gives PUBLIC on that object.)
-DBA_GRANTS = {"schema": ("USAGE",)}
+# Grants the README tells the DBA to make to analysts, beyond what the SQL grants, by object
+# as check's findings name it: USAGE on the schema; editing hierarchies (row-level security
+# keeps each role to its own). A role may also be granted what the SQL gives PUBLIC.
+_HIERARCHY_EDITING = ("INSERT", "UPDATE", "DELETE")
+DBA_GRANTS = {"schema": ("USAGE",), "relation hierarchies": _HIERARCHY_EDITING,
+              "relation hierarchy_rows": _HIERARCHY_EDITING}
 
 # One row per object of the schema whose oid is %(nsp)s: (kind, name, owner oid, ACL
 # items "grantee=privilege[*]" with the owner written "owner", attributes as jsonb).
@@ -615,9 +620,9 @@ def _reference(conn: psycopg.Connection, schema: str, nsp: int) -> tuple[dict, d
     return got, want
 
 
-def _acl_findings(label: str, kind: str, want: list[str], have: list[str]) -> list[str]:
+def _acl_findings(label: str, want: list[str], have: list[str]) -> list[str]:
     public = {item.split("=", 1)[1] for item in want if item.startswith("PUBLIC=")}
-    allowed = public | set(DBA_GRANTS.get(kind, ()))
+    allowed = public | set(DBA_GRANTS.get(label, ()))
     extra = [i for i in have if i not in want and i.split("=", 1)[1] not in allowed]
     missing = [i for i in want if i not in have]
     out = []
@@ -644,7 +649,7 @@ def _catalog_findings(got: dict, want: dict, owner: int) -> list[str]:
             out.append(f"{label} is not part of sabre-pg")
             continue
         want_acl, want_attrs = want[key]
-        out += _acl_findings(label, key[0], want_acl, have_acl)
+        out += _acl_findings(label, want_acl, have_acl)
         out += [f"{label}: {attr} differs from the package's" for attr in sorted(want_attrs)
                 if have_attrs.get(attr) != want_attrs[attr]]
     for (kind, name), (_, _, attrs) in sorted(got.items()):

@@ -141,6 +141,10 @@ def test_check_reports_an_added_grant(pg_conn, analyst):
     assert new_findings(pg_conn, lambda c: c.execute(f"GRANT USAGE ON SCHEMA sabre TO {ROLE}")) == set()
     assert new_findings(pg_conn, lambda c: c.execute(
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA sabre TO {ROLE}")) == set()
+    assert new_findings(pg_conn, lambda c: c.execute(
+        f"GRANT INSERT, UPDATE, DELETE ON sabre.hierarchies, sabre.hierarchy_rows TO {ROLE}")) == set()
+    found = new_findings(pg_conn, lambda c: c.execute(f"GRANT DELETE ON sabre.runs TO {ROLE}"))
+    assert found == {f"relation runs: privileges the SQL does not grant: {ROLE}=DELETE"}
 
 
 def test_check_reports_a_revoked_grant(pg_conn):
@@ -269,3 +273,24 @@ def test_cluster_of_an_older_version_is_secured_on_start(old_cluster):
         assert conn.execute("SELECT current_user").fetchone()[0] == old_cluster.superuser
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(_tcp(old_cluster, password="guess")).close()
+
+
+# ---------------------------------------------------------------------------------------
+# purge drops only relations that still carry their run's identity
+# ---------------------------------------------------------------------------------------
+def test_purge_drops_only_outputs_that_still_carry_their_run_identity(pg_conn, pg_dsn, capsys):
+    pg_conn.execute("CREATE TABLE public.census (id int PRIMARY KEY, age int, sex text, salary int)")
+    pg_conn.execute("INSERT INTO public.census SELECT g, 18 + (g * 7919) % 60, "
+                    "CASE WHEN g % 2 = 0 THEN 'F' ELSE 'M' END, (g * 104729) % 23 FROM generate_series(1, 600) g")
+    for output in ("public.first", "public.second"):
+        pg_conn.execute("SELECT * FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', 0.4, 4, "
+                        "output => %s)", (output,)).fetchall()
+    pg_conn.execute("COMMENT ON TABLE public.second IS 'adopted by its owner'")  # no longer the run's
+    pg_conn.execute("DROP TABLE public.first_keys")
+    pg_conn.execute("CREATE TABLE public.first_keys (precious int)")  # took a recorded name
+    assert cli.main(["uninstall", "--dsn", pg_dsn, "--purge"]) == 0
+    assert "dropped outputs: public.first, public.first_classes, public.second_classes, public.second_keys" \
+        in capsys.readouterr().out
+    left = [r[0] for r in pg_conn.execute(
+        "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' ORDER BY 1")]
+    assert left == ["census", "first_keys", "second"]
