@@ -707,7 +707,11 @@ def tampering(conn: psycopg.Connection, schema: str) -> list[str]:
     if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
         return out + ["ownership and privileges not verified: check needs a superuser to compare "
                       "with a reference install"]
-    got, want = _reference(conn, schema, nsp)
+    try:
+        got, want = _reference(conn, schema, nsp)
+    except psycopg.Error as e:  # e.g. a read-only standby
+        return out + [f"ownership and privileges not verified: the reference install failed: "
+                      f"{e.sqlstate or ''} {e.diag.message_primary or e}"]
     owner_oid = conn.execute("SELECT nspowner FROM pg_namespace WHERE oid = %s", (nsp,)).fetchone()[0]
     return out + _catalog_findings(got, want, owner_oid)
 

@@ -17,6 +17,8 @@ Database fixtures (started lazily, only when a test asks for one):
                    authenticates every role but its superuser by password; pg_connect
                    does this for ``user=``).
 
+``unstarted_cluster`` a throwaway :class:`LocalCluster` of its own, not initialised yet.
+
 ``shared_dir``     session: Path of ``../shared/data`` (adult, li2007); fails if missing.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,18 +56,32 @@ def shared_dir() -> Path:
     return SHARED_DATA_DIR
 
 
-@pytest.fixture(scope="session")
-def sabre_cluster():
-    root = Path(tempfile.mkdtemp(prefix="sabre-pg-test-"))
-    cluster = LocalCluster(root, first_free_port(TEST_PORT_BASE), fsync=False)
+@contextmanager
+def _throwaway_cluster(prefix: str, port_base: int):
+    """A LocalCluster under /tmp (fsync off, a free port), stopped and deleted at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = LocalCluster(root, first_free_port(port_base), fsync=False)
     try:
-        cluster.start(ensure_database=False)
         yield cluster
     finally:
         try:
             cluster.stop()
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sabre_cluster():
+    with _throwaway_cluster("sabre-pg-test-", TEST_PORT_BASE) as cluster:
+        cluster.start(ensure_database=False)
+        yield cluster
+
+
+@pytest.fixture
+def unstarted_cluster():
+    """A throwaway LocalCluster of its own, not yet initialised (for the cluster's own tests)."""
+    with _throwaway_cluster("sabre-pg-new-", TEST_PORT_BASE + 1000) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
-from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
 from sabre_pg import cli, installer
-from sabre_pg.cluster import LocalCluster, first_free_port, hba_allows_trust
+from sabre_pg.cluster import hba_allows_trust
 
 ROLE = "sabre_sec_install_analyst"
 
@@ -246,20 +243,8 @@ def test_embedded_cluster_socket_authenticates_other_roles(pg_conn, sabre_cluste
         psycopg.connect(dsn).close()
 
 
-@pytest.fixture
-def old_cluster():
-    root = Path(tempfile.mkdtemp(prefix="sabre-pg-old-"))
-    cluster = LocalCluster(root, first_free_port(56400), fsync=False)
-    try:
-        yield cluster
-    finally:
-        try:
-            cluster.stop()
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def test_cluster_of_an_older_version_is_secured_on_start(old_cluster):
+def test_cluster_of_an_older_version_is_secured_on_start(unstarted_cluster):
+    old_cluster = unstarted_cluster
     """A cluster made with trust (and no password file) by an older version gets
     authentication on its next start: pg_hba.conf rewritten, a password set."""
     old_cluster.init()
@@ -294,3 +279,10 @@ def test_purge_drops_only_outputs_that_still_carry_their_run_identity(pg_conn, p
     left = [r[0] for r in pg_conn.execute(
         "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' ORDER BY 1")]
     assert left == ["census", "first_keys", "second"]
+
+
+def test_check_where_the_reference_cannot_be_built_says_so(pg_connect):
+    conn = pg_connect(options="-c default_transaction_read_only=on")  # as on a standby
+    found = installer.tampering(conn, "sabre")
+    assert any(f.startswith("ownership and privileges not verified: the reference install failed: 25006")
+               for f in found), found
