@@ -221,7 +221,8 @@ class LocalCluster:
     def _write_auth_files(self) -> None:
         """pg_hba.conf (see HBA_TEMPLATE) and pg_ident.conf mapping the invoking OS user and
         the server's OS user to the superuser."""
-        os_users = dict.fromkeys([getpass.getuser(), self.run_as or getpass.getuser()])
+        me = pwd.getpwuid(os.geteuid()).pw_name  # what peer authentication sees, whatever $USER says
+        os_users = dict.fromkeys([me, self.run_as or me])
         ident = IDENT_HEADER + "".join(f"{IDENT_MAP}  {u}  {self.superuser}\n" for u in os_users)
         self._write_private(self.pgdata / "pg_ident.conf", ident, server_owned=True)
         self._write_private(self.pgdata / "pg_hba.conf",
@@ -286,6 +287,7 @@ class LocalCluster:
         """Init and start if needed; then ensure database ``sabre`` with sabre installed."""
         self.init()
         needs_password = self._secure_auth()
+        self._private_dir(self.root)  # also for clusters of older versions
         self._private_dir(self.socket_dir)
         if not self.is_running():
             socket_path = self.socket_dir / f".s.PGSQL.{self.port}"

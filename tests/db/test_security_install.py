@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import stat
 
 import psycopg
@@ -227,8 +228,8 @@ def test_embedded_cluster_files(sabre_cluster):
     assert "trust" not in hba and not hba_allows_trust(hba)
     st = sabre_cluster.passfile.stat()
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
-    run = sabre_cluster.socket_dir.stat()
-    assert stat.S_IMODE(run.st_mode) == 0o700
+    for private in (sabre_cluster.root, sabre_cluster.socket_dir):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
     assert f"passfile={sabre_cluster.passfile}" in sabre_cluster.dsn()
 
 
@@ -248,12 +249,14 @@ def test_cluster_of_an_older_version_is_secured_on_start(unstarted_cluster):
     """A cluster made with trust (and no password file) by an older version gets
     authentication on its next start: pg_hba.conf rewritten, a password set."""
     old_cluster.init()
+    old_cluster.root.chmod(0o755)
     (old_cluster.pgdata / "pg_hba.conf").write_text(
         "local all all trust\nhost all all 127.0.0.1/32 trust\n")
     old_cluster.passfile.unlink()
     old_cluster.start(ensure_database=False)
     assert not hba_allows_trust((old_cluster.pgdata / "pg_hba.conf").read_text())
     assert stat.S_IMODE(old_cluster.passfile.stat().st_mode) == 0o600
+    assert stat.S_IMODE(old_cluster.root.stat().st_mode) == 0o700
     with psycopg.connect(old_cluster.dsn("postgres", tcp=True)) as conn:
         assert conn.execute("SELECT current_user").fetchone()[0] == old_cluster.superuser
     with pytest.raises(psycopg.OperationalError, match="password"):
@@ -286,3 +289,31 @@ def test_check_where_the_reference_cannot_be_built_says_so(pg_connect):
     found = installer.tampering(conn, "sabre")
     assert any(f.startswith("ownership and privileges not verified: the reference install failed: 25006")
                for f in found), found
+
+
+def _eventually(accepts_without_password: bool, cluster, passfile) -> bool:
+    """Whether a TCP connection without a password comes to be accepted (or refused), as
+    wanted, within a bounded number of tries: a reload reaches the server asynchronously."""
+    for _ in range(100):
+        try:
+            psycopg.connect(_tcp(cluster, passfile=passfile)).close()
+            accepted = True
+        except psycopg.OperationalError:
+            accepted = False
+        if accepted == accepts_without_password:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_running_cluster_with_trust_is_secured_by_start(unstarted_cluster, tmp_path, monkeypatch):
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    cluster = unstarted_cluster.start(ensure_database=False)
+    none = str(tmp_path / "none")
+    (cluster.pgdata / "pg_hba.conf").write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
+    cluster._run("pg_ctl", "reload", "-D", str(cluster.pgdata))
+    assert _eventually(True, cluster, none)          # an older version's cluster, running
+    cluster.start(ensure_database=False)              # rewrites pg_hba.conf and reloads
+    assert _eventually(False, cluster, none)
+    with psycopg.connect(cluster.dsn("postgres", tcp=True)) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
