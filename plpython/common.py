@@ -50,24 +50,31 @@ def catalog(name: str) -> str:
 
 
 def check_t(t, hint: str):
-    """0 < t <= 1, a number (NULL and NaN refused); one rule for every entry point."""
-    if t is None or isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) \
+    """0 < t <= 1, a number (NULL: 22004; NaN and the rest: 22023); one rule for every entry point."""
+    if t is None:
+        raise E.null_not_allowed("t must not be NULL", hint)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) \
             or not 0 < t <= 1:
         raise E.invalid_parameter("t must satisfy 0 < t <= 1, got %s" % t, hint)
     return float(t)
 
 
 def check_k(k, hint: str):
-    """k >= 1, an integer (NULL refused); one rule for every entry point."""
-    if k is None or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    """k >= 1, an integer (NULL: 22004); one rule for every entry point."""
+    if k is None:
+        raise E.null_not_allowed("k must not be NULL", hint)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise E.invalid_parameter("k must be at least 1, got %s" % k, hint)
     return int(k)
 
 
 def relation_info(plpy, oid: int) -> dict:
+    """{nspname, relname, relkind, qname}: qname as the server quotes it (valid SQL and the
+    form messages show), or None."""
     r = plpy.execute(plpy.prepare(
-        "SELECT n.nspname, c.relname, c.relkind FROM pg_class c "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1", ["oid"]), [oid])
+        "SELECT n.nspname, c.relname, c.relkind, pg_catalog.format('%I.%I', n.nspname, c.relname) AS qname "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+        "WHERE c.oid OPERATOR(pg_catalog.=) $1", ["oid"]), [oid])
     return dict(r[0]) if r else None
 
 
@@ -93,7 +100,6 @@ def resolve_relation(plpy, source, name: str | None = None) -> dict:
         raise E.undefined_table("relation %s does not exist" % (name or text),
                                 "Check the name and your search_path.")
     info["oid"] = oid
-    info["qname"] = qname(plpy, info["nspname"], info["relname"])
     return info
 
 

@@ -345,12 +345,18 @@ def check_written(plpy, req, table, result, hierarchy):
             "its queries see one snapshot.")
     violations = written.violations(req.t, req.k)
     if violations:
+        precision = req.sa.numerical and req.sa.typname not in EXACT_TYPES
         raise E.source_changed(
-            "%d class(es) of the output written violate t = %g or k = %d (max EMD %.6g, smallest class %d): "
-            "the source changed while sabre read it" % (violations, req.t, req.k, written.max_emd,
-                                                        written.min_class_size),
-            "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
-            "its queries see one snapshot.")
+            "%d class(es) of the output written violate t = %g or k = %d in exact arithmetic (max EMD %.6g, "
+            "smallest class %d): %s" % (
+                violations, req.t, req.k, written.max_emd, written.min_class_size,
+                "the engine reads a %s sensitive attribute as float8, which merged distinct values, or the "
+                "source changed while sabre read it" % req.sa.typname if precision else
+                "the source changed while sabre read it"),
+            ("Cast the sensitive attribute to float8 in a view (so the engine and the check see the same "
+             "values), or run again inside a REPEATABLE READ transaction." if precision else
+             "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
+             "its queries see one snapshot."))
     return written
 
 
@@ -408,7 +414,10 @@ def check_dependents(plpy, req, prev: Previous):
 
 def swap(plpy, req, run, prev: Previous, built: dict):
     """Replace the previous output by the relations ``built`` ({suffix: temporary qualified
-    name}) under lock_timeout: grants carry over, comments carry the run's identity."""
+    name}) under lock_timeout: grants carry over, comments carry the run's identity.  With
+    options.refresh = 'mvcc' the previous relations keep their identity and get the new rows."""
+    if req.options.refresh == "mvcc" and len(prev.relations) == len(built):
+        return refresh_in_place(plpy, req, prev, built)
     check_dependents(plpy, req, prev)
     grants = {suffix: list(plpy.execute(plpy.prepare(grants_sql(), ["regclass"]), [str(oid)]))
               for suffix, oid in prev.relations.items()}
@@ -432,6 +441,27 @@ def swap(plpy, req, run, prev: Previous, built: dict):
         for g in rows:
             plpy.execute("GRANT %s ON %s TO %s%s" % (g["privilege_type"], req.output.qualified(suffix),
                                                      g["grantee"], " WITH GRANT OPTION" if g["is_grantable"] else ""))
+
+
+def refresh_in_place(plpy, req, prev: Previous, built: dict):
+    """MVCC-safe refresh: each previous relation's rows are deleted and the new ones inserted
+    (row locks only: readers are not blocked, and a reader whose snapshot predates the run
+    keeps seeing the old rows); objects, grants and dependents stay as they are."""
+    for suffix, table in built.items():
+        old = req.output.qualified(suffix)
+        shapes = [list(C.columns(plpy, oid).items()) for oid in (prev.relations[suffix], _oid(plpy, table))]
+        if [(n, c["type"]) for n, c in shapes[0]] != [(n, c["type"]) for n, c in shapes[1]]:
+            raise E.datatype_mismatch(
+                "options.refresh = 'mvcc' needs the previous output %s to have the new one's columns" % old,
+                "Use the default refresh ('swap') when quasi-identifiers, types or kept columns change.")
+        plpy.execute("DELETE FROM %s" % old)
+        plpy.execute("INSERT INTO %s SELECT * FROM %s" % (old, table))
+        plpy.execute("DROP TABLE %s" % table)
+
+
+def _oid(plpy, table):
+    return plpy.execute(plpy.prepare("SELECT pg_catalog.to_regclass($1)::pg_catalog.oid AS oid", ["text"]),
+                        [table])[0]["oid"]
 
 
 def _rename(plpy, req, run, built):

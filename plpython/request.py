@@ -16,7 +16,7 @@ from . import common as C
 from . import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
-               "lookahead", "cascade", "lock_timeout")
+               "lookahead", "cascade", "lock_timeout", "refresh")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
           "the whole table; typical values are 0.1 to 0.5.")
@@ -72,6 +72,7 @@ class Options:
     weights: object                # normalized numpy weights per QI, or None
     cascade: bool
     lock_timeout: str
+    refresh: str                   # "swap" (new relations take the names) | "mvcc" (rows replaced in place)
     given: dict                    # as the caller gave them (recorded in the catalog)
 
 
@@ -195,9 +196,12 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
     if not isinstance(lock_timeout, str) or not lock_timeout.strip():
         raise E.invalid_parameter("options.lock_timeout must be a duration such as '5s'",
                                   "It bounds the wait for readers of the previous output at the swap.")
+    refresh = _choice(given, "refresh", "swap", ("swap", "mvcc"),
+                      "'swap' (default) puts new relations in place; 'mvcc' replaces the rows of the previous "
+                      "output in place, so REPEATABLE READ readers keep seeing the old rows.")
     keep = _keep(given.get("keep"), columns, qis)
     weights = parse_weights(given.get("weights"), [a.name for a in qis])
-    return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, given)
+    return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given)
 
 
 def _keep(keep, columns, qis) -> tuple:

@@ -26,7 +26,8 @@ def binary_agg(expr: str, sqltype: str) -> str:
     """SQL aggregate reading ``expr`` as one binary ``bytea`` (see :func:`decode_array`)."""
     if sqltype not in SEND:
         raise ValueError("binary_agg supports %s, not %s" % (", ".join(SEND), sqltype))
-    return "string_agg(%s((%s)::%s), ''::bytea)" % (SEND[sqltype][0], expr, sqltype)
+    return ("pg_catalog.string_agg(pg_catalog.%s((%s)::pg_catalog.%s), ''::pg_catalog.bytea)"
+            % (SEND[sqltype][0], expr, sqltype))
 
 
 def int32_pair_sql(hi: str, lo: str) -> str:

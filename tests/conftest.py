@@ -23,6 +23,7 @@ Database fixtures (started lazily, only when a test asks for one):
 """
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import tempfile
@@ -42,7 +43,7 @@ from sabre_pg.cluster import LocalCluster, first_free_port
 REPO_DIR = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_DIR.parent / "shared" / "data"
 SABRE_SCHEMA = "sabre"
-TEST_PORT_BASE = 55400  # away from the embedded cluster's 54329
+TEST_PORT_BASE = 55400 + os.getpid() % 500  # away from the embedded cluster's 54329; per process: parallel runs do not race for one port
 TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
 
 

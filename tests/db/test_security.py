@@ -441,3 +441,39 @@ def test_column_name_collisions_are_clean_errors(pg_conn, columns, qis, sa, stat
     with pytest.raises(psycopg.Error) as e:
         pg_conn.execute("SELECT * FROM sabre_anonymize('public.c', %s, %s, 0.5, 1)", (qis, sa))
     assert e.value.sqlstate == state and words in str(e.value) and e.value.diag.message_hint
+
+
+# ------------------------------------------------------------------ REPEATABLE READ readers
+def test_repeatable_read_readers(pg_conn, pg_connect):
+    """What docs/security.md promises: with the default swap, a REPEATABLE READ reader whose
+    snapshot predates the rerun and who had not read the output sees it empty; one who had
+    read it keeps its lock, so the rerun waits (lock_timeout).  With refresh = 'mvcc' such a
+    reader keeps seeing the old rows, and views on the output survive."""
+    _census(pg_conn)
+    call = ("SELECT run_id FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', %s, %s, "
+            "options => %s)")
+    pg_conn.execute(call, (0.4, 4, Jsonb({}))).fetchall()
+    before = pg_conn.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone()
+    reader = pg_connect(autocommit=False)
+    reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    reader.execute("SELECT 1").fetchone()                          # the snapshot, no lock on the output
+    pg_conn.execute(call, (0.3, 4, Jsonb({}))).fetchall()
+    assert reader.execute("SELECT count(*) FROM census_sabre").fetchone()[0] == 0
+    reader.rollback()
+
+    pg_conn.execute("CREATE VIEW public.on_output AS SELECT count(*) AS n FROM census_sabre")
+    before = pg_conn.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone()
+    reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    assert reader.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone() == before
+    pg_conn.execute(call, (0.45, 40, Jsonb({"refresh": "mvcc", "lock_timeout": "1s"}))).fetchall()
+    assert reader.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone() == before
+    reader.rollback()
+    after = pg_conn.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone()
+    assert after[0] == 3000 and after != before
+    assert pg_conn.execute("SELECT n FROM public.on_output").fetchone()[0] == 3000
+    outputs = pg_conn.execute("SELECT output::text, t FROM sabre.outputs").fetchall()
+    assert outputs == [("census_sabre", 0.45)]
+    assert pg_conn.execute("SELECT violations FROM sabre_verify('census_sabre', 'salary', 0.45, 40)").fetchone()[0] == 0
+    with pytest.raises(psycopg.errors.DatatypeMismatch):         # another shape cannot refresh in place
+        pg_conn.execute("SELECT * FROM sabre_anonymize('public.census', ARRAY['age'], 'salary', 0.4, 4, "
+                        "options => '{\"refresh\": \"mvcc\"}')")

@@ -25,7 +25,7 @@ TEXT = {"type": "text", "category": "S", "typname": "text", "notnull": True}
 def request(qis, sa, keep=(), given=None, nulls="error"):
     """A Request built from (name, col, kind) triples, as request.build would."""
     attrs = [R.Attr(n, c, k) for n, c, k in qis]
-    opts = R.Options("sweep", nulls, 1, True, 4, tuple(keep), None, False, "5s", given or {})
+    opts = R.Options("sweep", nulls, 1, True, 4, tuple(keep), None, False, "5s", "swap", given or {})
     source = {"oid": 42, "nspname": "public", "relname": "t", "relkind": "r", "qname": '"public"."t"'}
     return R.Request(source, {}, tuple(attrs), R.Attr(*sa), R.Key("id", INT8, True), 0.3, 5, "ak", opts,
                      R.Output("public", "t_sabre"))
@@ -54,7 +54,7 @@ def test_check_t_refuses(t):
     C = sabre_plpy("common")
     with pytest.raises(E.SabreError) as e:
         C.check_t(t, "hint")
-    assert e.value.sqlstate == "22023"
+    assert e.value.sqlstate == ("22004" if t is None else "22023") and e.value.hint == "hint"
 
 
 @pytest.mark.parametrize("k", [None, 0, -3, True, 2.5])
@@ -68,7 +68,7 @@ def test_check_k_refuses(k):
     ({"takeout": "zigzag"}, "options.takeout"), ({"nulls": "keep"}, "options.nulls"),
     ({"seed": 1.5}, "options.seed"), ({"seed": True}, "options.seed"), ({"lookahead": 65}, "options.lookahead"),
     ({"replace": "yes"}, "options.replace"), ({"cascade": 1}, "options.cascade"),
-    ({"lock_timeout": ""}, "options.lock_timeout"), ({"keep": "id"}, "options.keep"),
+    ({"lock_timeout": ""}, "options.lock_timeout"), ({"refresh": "inplace"}, "options.refresh"), ({"keep": "id"}, "options.keep"),
     ({"keep": ["nope"]}, "options.keep"), ({"keep": ["age"]}, "options.keep"),
     ({"weights": {"age": -1}}, "options.weights"), ({"weights": {"zip": 1}}, "options.weights"),
     ({"weights": {"age": 0}}, "must not all be zero"),

@@ -49,7 +49,8 @@ def test_decode_array_rejects_mismatches():
 
 
 def test_binary_agg_sql():
-    assert T.binary_agg("s.age", "int8") == "string_agg(int8send((s.age)::int8), ''::bytea)"
+    assert T.binary_agg("s.age", "int8") == ("pg_catalog.string_agg(pg_catalog.int8send((s.age)::pg_catalog.int8), "
+                                             "''::pg_catalog.bytea)")
     with pytest.raises(ValueError):
         T.binary_agg("s.x", "text")
 

@@ -1,0 +1,109 @@
+"""Exact t-closeness measurement of a relation with one row per tuple and its class in
+``ec_id``: the database side shared by ``sabre_verify`` and the check made before an output
+is published.
+
+One grouped query reads ``(ec_id, code, count)``; the SA code is computed in SQL, exactly:
+
+* numerical SA, no hierarchy: ``dense_rank() OVER (ORDER BY sa)`` in the column's own type
+  (bigint, numeric, dates, timestamps, intervals compared as themselves, never as float8);
+  the ordered EMD over the ranks;
+* categorical SA, no hierarchy: the same rank, and the equal-distance EMD;
+* any SA with a hierarchy: the position of ``sa::text`` among the hierarchy's leaves
+  (``unnest(leaves) WITH ORDINALITY``, byte-wise equality); the hierarchical EMD.
+
+The three columns come back as one binary ``bytea`` each (:mod:`.transfer`) and the EMDs
+are computed by :mod:`sabre_pg.core.exact_emd`, in integers.  Built-ins are qualified with
+``pg_catalog`` so the caller's search_path cannot redirect them.
+"""
+from __future__ import annotations
+
+from sabre_pg.core import exact_emd as X
+from sabre_pg.core.hierarchy import Hierarchy
+
+from . import common as C
+from . import transfer as T
+
+EC = "ec_id"
+
+_OUTER = (
+    "SELECT pg_catalog.count(*) AS groups, "
+    "pg_catalog.sum(r.n) FILTER (WHERE r.ec_id IS NULL) AS null_ec, "
+    "pg_catalog.sum(r.n) FILTER (WHERE r.sa IS NULL) AS null_sa, "
+    "pg_catalog.sum(r.n) FILTER (WHERE r.sa IS NOT NULL AND r.code IS NULL) AS missing, "
+    "{ec} AS ec, {code} AS code, {n} AS n FROM ({inner}) AS r")
+
+_GROUPS = ("SELECT o.{ec}::pg_catalog.int8 AS ec_id, {sa} AS sa, pg_catalog.count(*) AS n "
+           "FROM {rel} AS o GROUP BY 1, 2")
+
+_RANKED = ("SELECT g.ec_id, g.sa, g.n, pg_catalog.dense_rank() OVER (ORDER BY g.sa) AS code "
+           "FROM ({groups}) AS g")
+
+_LEAF_POSITIONS = ("SELECT g.ec_id, g.sa, g.n, h.pos AS code FROM ({groups}) AS g "
+                   "LEFT JOIN pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS h(leaf, pos) "
+                   "ON h.leaf OPERATOR(pg_catalog.=) g.sa")
+
+_MISSING_EXAMPLES = (
+    "SELECT d.v FROM (SELECT DISTINCT {sa} AS v FROM {rel} AS o WHERE o.{col} IS NOT NULL) AS d "
+    "WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest($1::pg_catalog.text[]) AS h(leaf) "
+    "WHERE h.leaf OPERATOR(pg_catalog.=) d.v) ORDER BY d.v LIMIT 5")
+
+
+def _as_leaf_text(plpy, sa_name: str) -> str:
+    """The SA as text compared byte-wise (the C collation), as a hierarchy leaf label."""
+    return '(o.%s)::pg_catalog.text COLLATE pg_catalog."C"' % C.qi(plpy, sa_name)
+
+
+def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
+            hierarchy: Hierarchy | None = None) -> X.ClassEMDs:
+    """Size and exact EMD (against the whole relation) of every ``ec_id`` class.
+
+    ``relation_qname`` is a quoted, qualified name; ``sa_col`` the SA's entry of
+    ``common.columns()``; ``hierarchy`` the SA's hierarchy or None.  Errors: SA type with
+    no EMD (42804), NULL ``ec_id`` or SA (22004), SA values that are not leaves (22023).
+    """
+    kind = "hierarchical" if hierarchy is not None else {
+        "numerical": "ordered", "categorical": "equal"}.get(C.kind_of(sa_col))
+    if kind is None:
+        C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s for a sensitive attribute'
+               % (sa_name, sa_col["type"]),
+               "Numeric and date/time types are numerical (ordered distance); text, bool and enum "
+               "are categorical (equal distance); any type can use a hierarchy of its text values.")
+    sa = _as_leaf_text(plpy, sa_name) if kind == "hierarchical" else "o.%s" % C.qi(plpy, sa_name)
+    groups = _GROUPS.format(ec=C.qi(plpy, EC), sa=sa, rel=relation_qname)
+    inner = (_LEAF_POSITIONS if kind == "hierarchical" else _RANKED).format(groups=groups)
+    query = _OUTER.format(inner=inner, ec=T.binary_agg("r.ec_id", "int8"),
+                          code=T.binary_agg("r.code", "int8"), n=T.binary_agg("r.n", "int8"))
+    if kind == "hierarchical":
+        row = plpy.execute(plpy.prepare(query, ["text[]"]), [hierarchy.leaves])[0]
+    else:
+        row = plpy.execute(query)[0]
+    _check_complete(plpy, row, relation_qname, sa_name, hierarchy)
+    n = int(row["groups"])
+    ec = T.decode_array(row["ec"], "int8", n)
+    codes = T.decode_array(row["code"], "int8", n) - 1        # ranks and ordinals start at 1
+    counts = T.decode_array(row["n"], "int8", n)
+    if kind == "hierarchical":
+        return X.hierarchical_class_emds(ec, codes, counts, hierarchy)
+    m = int(codes.max()) + 1 if n else 0
+    if kind == "ordered":
+        return X.ordered_class_emds(ec, codes, counts, m)
+    return X.equal_class_emds(ec, codes, counts, m)
+
+
+def _check_complete(plpy, row, relation_qname: str, sa_name: str, hierarchy):
+    """Every tuple needs a class, an SA value and (with a hierarchy) a leaf."""
+    for column, nulls in ((EC, row["null_ec"]), (sa_name, row["null_sa"])):
+        if nulls:
+            C.fail(plpy, C.NULL_NOT_ALLOWED, '%s has %d rows with NULL in column "%s"'
+                   % (relation_qname, nulls, column),
+                   "Every row needs its class in ec_id and a sensitive value; t-closeness is "
+                   "undefined for a row without them.")
+    if row["missing"]:
+        examples = [r["v"] for r in plpy.execute(plpy.prepare(_MISSING_EXAMPLES.format(
+            sa=_as_leaf_text(plpy, sa_name), rel=relation_qname, col=C.qi(plpy, sa_name)),
+            ["text[]"]), [hierarchy.leaves])]
+        C.fail(plpy, C.INVALID_PARAMETER, '%d rows of %s have a value of "%s" that is not a leaf '
+               'of hierarchy "%s"' % (row["missing"], relation_qname, sa_name, hierarchy.name),
+               "Use the hierarchy the output was made with, or add the missing values to it "
+               "with sabre_define_hierarchy.",
+               detail="Values not in the hierarchy include: %s." % ", ".join(repr(v) for v in examples))
