@@ -18,6 +18,13 @@ Install, upgrade and re-install are the same operation: every SQL file is
 idempotent, the modules table is rewritten, and ``<schema>.meta`` records the
 package version plus a fresh random ``build_id``. Backends compare that
 ``build_id`` on every call and reload their cached modules when it changed.
+
+Nothing is adopted: install refuses a schema, or an object in it, that the installing
+role does not own, or a schema others may create in. :func:`check` lists every departure
+from what install writes (``tampered``), comparing the catalog with a reference install
+made and rolled back in a savepoint. :func:`uninstall` refuses to drop others' dependent
+objects unless asked to cascade; ``purge`` drops what ``<schema>.recorded_relations()``
+returns.
 """
 from __future__ import annotations
 
