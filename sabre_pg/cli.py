@@ -43,8 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db_args(p)
     p = sub.add_parser("uninstall", help="drop the sabre schema; anonymized outputs are kept")
     _add_db_args(p)
-    p.add_argument("--purge", action="store_true", help="also drop the outputs recorded in <schema>.runs")
-    p = sub.add_parser("check", help="check the server and the installation (runs sabre_selftest())")
+    p.add_argument("--purge", action="store_true",
+                   help="also drop the relations recorded runs created (those still carrying the run's identity)")
+    p.add_argument("--cascade", action="store_true",
+                   help="also drop other objects that depend on what is dropped (e.g. views on sabre.runs); "
+                        "without it, uninstall refuses and lists them")
+    p = sub.add_parser("check", help="check the server and the installation: tampering, then sabre_selftest()")
     _add_db_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -81,10 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_report(report: dict) -> None:
+    """One ``key  value`` line per item; a list prints one element per line (``-`` when empty)."""
     width = max(len(k) for k in report)
     for key, value in report.items():
         if isinstance(value, dict):
             value = json.dumps(value, sort_keys=True)
+        elif isinstance(value, list):
+            value = ("\n" + " " * (width + 2)).join(map(str, value)) if value else "-"
         print(f"{key.ljust(width)}  {value}")
 
 
@@ -121,9 +128,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if cmd == "uninstall":
         with connect(args) as conn:
-            res = installer.uninstall(conn, args.sabre_schema, purge=args.purge)
+            res = installer.uninstall(conn, args.sabre_schema, purge=args.purge, cascade=args.cascade)
         print(f"schema {res['schema']} dropped"
-              + (f"; dropped outputs: {', '.join(res['dropped_outputs'])}" if res["dropped_outputs"] else ""))
+              + (f"; dropped outputs: {', '.join(res['dropped_outputs'])}" if res["dropped_outputs"] else "")
+              + (f"; dropped dependents: {'; '.join(res['dropped_dependents'])}" if res["dropped_dependents"] else ""))
         return 0
     if cmd == "check":
         with connect(args) as conn:

@@ -2,8 +2,9 @@
 
 A ``LocalCluster`` is an ordinary PostgreSQL 15 cluster in a directory of its own::
 
-    <root>/pgdata         PGDATA (initdb --encoding=UTF8 --auth=trust)
-    <root>/run            the Unix socket directory
+    <root>/pgdata         PGDATA (initdb --encoding=UTF8; pg_hba.conf and pg_ident.conf below)
+    <root>/run            the Unix socket directory (mode 0700, the server's OS user)
+    <root>/pgpass         libpq password file of the superuser (mode 0600, the invoking user)
     <root>/cluster.json   port and superuser role, chosen once and remembered
     <root>/server.log     the server log
 
@@ -11,6 +12,14 @@ It listens on its own Unix socket and on 127.0.0.1 only, on port 54329 or the
 first free port above it. ``start()`` is idempotent: it initialises the cluster
 if needed, starts the server if it is not running, and makes sure database
 ``sabre`` exists with the sabre schema installed and current.
+
+Every connection authenticates (no ``trust``): on the Unix socket the superuser by
+``peer``, mapped (pg_ident.conf) from the invoking OS user and the server's OS user
+only; other roles, and every connection over TCP, by ``scram-sha-256``. The
+superuser's password is random and kept in ``pgpass``, which :meth:`LocalCluster.dsn`
+names (``passfile=``). Only the server's OS user can enter the socket directory (and
+root, which the server runs beside as ``postgres``). A cluster made by an older
+version with ``trust`` lines gets these files on its next start (then a reload).
 """
 from __future__ import annotations
 
@@ -18,6 +27,8 @@ import getpass
 import json
 import os
 import pwd
+import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -44,6 +55,23 @@ SERVER_SETTINGS = {
     "max_wal_senders": "0",
     "log_line_prefix": "'%m [%p] %q%u@%d '",
 }
+
+
+IDENT_MAP = "sabre"
+HBA_TEMPLATE = """\
+# sabre-pg embedded cluster (written by sabre_pg.cluster): every connection authenticates.
+# TYPE  DATABASE  USER          ADDRESS        METHOD
+local   all       {superuser}                  peer map={map}
+local   all       all                          scram-sha-256
+host    all       all           127.0.0.1/32   scram-sha-256
+"""
+IDENT_HEADER = "# sabre-pg embedded cluster: OS users that may connect as the superuser by peer.\n"
+_TRUST_LINE = re.compile(r"^\s*(local|host\w*)\s.*\btrust\b", re.M)
+
+
+def hba_allows_trust(text: str) -> bool:
+    """Whether pg_hba.conf text has a line (not a comment) with the trust method."""
+    return bool(_TRUST_LINE.search("\n".join(line.split("#", 1)[0] for line in text.splitlines())))
 
 
 class ClusterError(SabreError):
@@ -114,6 +142,7 @@ class LocalCluster:
         self.root = Path(data_dir) if data_dir else default_cluster_dir()
         self.pgdata = self.root / "pgdata"
         self.socket_dir = self.root / "run"
+        self.passfile = self.root / "pgpass"
         self.state_file = self.root / "cluster.json"
         self.log_file = self.root / "server.log"
         self.fsync = fsync  # False only for throwaway test clusters
@@ -154,22 +183,95 @@ class LocalCluster:
             pw = pwd.getpwnam(self.run_as)
             os.chown(path, pw.pw_uid, pw.pw_gid)
 
+    def _private_dir(self, path: Path) -> None:
+        """``path`` exists, belongs to the server's OS user and only it may enter (0700)."""
+        path.mkdir(parents=True, exist_ok=True)
+        self._chown(path)
+        path.chmod(0o700)
+
+    def _write_private(self, path: Path, text: str, server_owned: bool) -> None:
+        """Write ``text`` to ``path`` (mode 0600, created so from the start), owned by the
+        server's OS user or by the invoking user."""
+        tmp = path.with_name(path.name + ".new")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if server_owned:
+            self._chown(tmp)
+        os.replace(tmp, path)
+
+    # -- authentication ----------------------------------------------------------
+    @property
+    def password(self) -> str | None:
+        """The superuser's password, from the password file (None before init)."""
+        try:
+            line = self.passfile.read_text().splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        return line.rsplit(":", 1)[1]  # token_urlsafe: no ':' or '\\' to unescape
+
+    def _new_password(self) -> str:
+        """A fresh random password, written to the password file (``*:*:*:<superuser>:``)."""
+        password = secrets.token_urlsafe(24)
+        user = self.superuser.replace("\\", "\\\\").replace(":", "\\:")
+        self._write_private(self.passfile, f"*:*:*:{user}:{password}\n", server_owned=False)
+        return password
+
+    def _write_auth_files(self) -> None:
+        """pg_hba.conf (see HBA_TEMPLATE) and pg_ident.conf mapping the invoking OS user and
+        the server's OS user to the superuser."""
+        me = pwd.getpwuid(os.geteuid()).pw_name  # what peer authentication sees, whatever $USER says
+        os_users = dict.fromkeys([me, self.run_as or me])
+        ident = IDENT_HEADER + "".join(f"{IDENT_MAP}  {u}  {self.superuser}\n" for u in os_users)
+        self._write_private(self.pgdata / "pg_ident.conf", ident, server_owned=True)
+        self._write_private(self.pgdata / "pg_hba.conf",
+                            HBA_TEMPLATE.format(superuser=self.superuser, map=IDENT_MAP), server_owned=True)
+
+    def _secure_auth(self) -> bool:
+        """Give a cluster of an older version (trust in pg_hba.conf) the authentication
+        described in the module docstring, reloading a running server. Returns whether the
+        superuser's password must be set: the password file was missing."""
+        if hba_allows_trust((self.pgdata / "pg_hba.conf").read_text()):
+            self._write_auth_files()
+            if self.is_running():
+                self._run("pg_ctl", "reload", "-D", str(self.pgdata))
+        return self.password is None
+
+    def _set_password(self, password: str) -> None:
+        """ALTER ROLE ... PASSWORD over the socket (peer), sent already SCRAM-hashed."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            hashed = conn.pgconn.encrypt_password(password.encode(), self.superuser.encode(), b"scram-sha-256")
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(self.superuser), sql.Literal(hashed.decode())))
+
     # -- public API ------------------------------------------------------------
     @property
     def initialized(self) -> bool:
         return (self.pgdata / "PG_VERSION").is_file()
 
     def init(self) -> None:
-        """initdb (UTF8, trust auth on the local socket and 127.0.0.1) if not done yet."""
+        """initdb (UTF8; peer and scram-sha-256 authentication, a random superuser password)
+        if not done yet."""
         if self.initialized:
             return
-        for d in (self.root, self.socket_dir):
-            d.mkdir(parents=True, exist_ok=True)
-            self._chown(d)
+        self._private_dir(self.root)
+        self._private_dir(self.socket_dir)
         if self.pgdata.exists() and any(self.pgdata.iterdir()):
             raise ClusterError(f"{self.pgdata} exists, is not empty and is not a PostgreSQL cluster")
-        self._run("initdb", "-D", str(self.pgdata), "-U", self.superuser, "--encoding=UTF8",
-                  "--locale=C.UTF-8", "--auth=trust")
+        password = self._new_password()
+        pwfile = self.root / "initdb.pw"
+        self._write_private(pwfile, password + "\n", server_owned=True)
+        try:
+            self._run("initdb", "-D", str(self.pgdata), "-U", self.superuser, "--encoding=UTF8",
+                      "--locale=C.UTF-8", "--auth-local=peer", "--auth-host=scram-sha-256",
+                      f"--pwfile={pwfile}")
+        finally:
+            pwfile.unlink(missing_ok=True)
+        self._write_auth_files()
         with open(self.pgdata / "postgresql.conf", "a") as f:
             f.write("\n# sabre-pg embedded cluster\n")
             for key, value in SERVER_SETTINGS.items():
@@ -184,6 +286,9 @@ class LocalCluster:
     def start(self, ensure_database: bool = True) -> "LocalCluster":
         """Init and start if needed; then ensure database ``sabre`` with sabre installed."""
         self.init()
+        needs_password = self._secure_auth()
+        self._private_dir(self.root)  # also for clusters of older versions
+        self._private_dir(self.socket_dir)
         if not self.is_running():
             socket_path = self.socket_dir / f".s.PGSQL.{self.port}"
             if len(str(socket_path).encode()) > 107:
@@ -192,8 +297,6 @@ class LocalCluster:
             if not _port_free(self.port):
                 raise ClusterError(f"port {self.port} on 127.0.0.1 is taken by another program; "
                                    f"start with another port (--port), it is then remembered in {self.state_file}")
-            self.socket_dir.mkdir(parents=True, exist_ok=True)
-            self._chown(self.socket_dir)
             if not self.log_file.exists():
                 self.log_file.touch()
                 self._chown(self.log_file)
@@ -202,6 +305,8 @@ class LocalCluster:
                 opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.pgdata), "-l", str(self.log_file), "-o", opts)
             self._write_state()
+        if needs_password:
+            self._set_password(self._new_password())
         if ensure_database:
             self.ensure_database()
         return self
@@ -236,14 +341,17 @@ class LocalCluster:
             "port": self.port,
             "socket_dir": str(self.socket_dir),
             "superuser": self.superuser,
+            "passfile": str(self.passfile),
             "dsn": self.dsn(),
         }
 
-    def dsn(self, dbname: str | None = None) -> str:
+    def dsn(self, dbname: str | None = None, *, tcp: bool = False) -> str:
+        """Conninfo of ``dbname`` as the superuser: over the Unix socket (peer), or with
+        ``tcp`` over 127.0.0.1 (the password, from the password file it names)."""
         from psycopg.conninfo import make_conninfo
 
-        return make_conninfo(host=str(self.socket_dir), port=self.port, user=self.superuser,
-                             dbname=dbname or self.dbname)
+        return make_conninfo(host="127.0.0.1" if tcp else str(self.socket_dir), port=self.port,
+                             user=self.superuser, dbname=dbname or self.dbname, passfile=str(self.passfile))
 
     @property
     def conninfo(self) -> str:

@@ -18,6 +18,13 @@ Install, upgrade and re-install are the same operation: every SQL file is
 idempotent, the modules table is rewritten, and ``<schema>.meta`` records the
 package version plus a fresh random ``build_id``. Backends compare that
 ``build_id`` on every call and reload their cached modules when it changed.
+
+Nothing is adopted: install refuses a schema, or an object in it, that the installing
+role does not own, or a schema others may create in. :func:`check` lists every departure
+from what install writes (``tampered``), comparing the catalog with a reference install
+made and rolled back in a savepoint. :func:`uninstall` refuses to drop others' dependent
+objects unless asked to cascade; ``purge`` drops what ``<schema>.recorded_relations()``
+returns.
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ CORE_DIR = PACKAGE_DIR / "core"
 
 CORE_SQL = "00_core.sql"          # creates meta and modules; applied first
 LOADER_MODULE = "_sabre_loader"   # reserved row in <schema>.modules, exec'd by the preamble
+INSTALLED_MODULE = "sabre_plpy._installed"  # synthesized: SCHEMA = '<schema>'
 MODULE_ROOTS = ("sabre_pg", "sabre_plpy")
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -168,12 +176,18 @@ def collect_modules(schema: str = "sabre") -> list[tuple[str, str, bool]]:
     """(name, source, is_package) rows for ``<schema>.modules``.
 
     The client's ``sabre_pg/__init__.py`` is not shipped (it may import client-only
-    code); the backend gets a synthesized one holding just ``__version__``.
+    code); the backend gets a synthesized one holding just ``__version__``. The
+    synthesized ``sabre_plpy._installed`` fixes the schema at install time:
+    ``SCHEMA`` is its unquoted name, so no backend code looks the schema up by name.
     """
+    check_schema_name(schema)
     rows = [("sabre_pg", f"__version__ = {sabre_pg.__version__!r}\n", True)]
     rows += _tree_modules(CORE_DIR, "sabre_pg.core")
     rows += _tree_modules(PLPYTHON_DIR, "sabre_plpy")
-    rows.append(("sabre_plpy._installed", "SCHEMA = %r\n" % check_schema_name(schema), False))
+    if any(name == INSTALLED_MODULE for name, _, _ in rows):
+        raise InstallError(f"{PLPYTHON_DIR} must not hold {INSTALLED_MODULE.split('.')[-1]}.py: "
+                           "the installer synthesizes that module")
+    rows.append((INSTALLED_MODULE, f"SCHEMA = {schema!r}\n", False))
     rows.append((LOADER_MODULE, LOADER_SOURCE, False))
     return rows
 
@@ -201,6 +215,90 @@ def source_hash(schema: str = "sabre") -> str:
     for name, src, pkg in collect_modules(schema):
         h.update(f"{name}\0{int(pkg)}\0".encode() + src.encode() + b"\0")
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# What the schema holds and who owns it
+# --------------------------------------------------------------------------------------
+# Every catalog whose rows live in a schema and have an owner: (catalog, namespace, owner).
+SCHEMA_CATALOGS = (
+    ("pg_class", "relnamespace", "relowner"),
+    ("pg_proc", "pronamespace", "proowner"),
+    ("pg_type", "typnamespace", "typowner"),
+    ("pg_operator", "oprnamespace", "oprowner"),
+    ("pg_opclass", "opcnamespace", "opcowner"),
+    ("pg_opfamily", "opfnamespace", "opfowner"),
+    ("pg_collation", "collnamespace", "collowner"),
+    ("pg_conversion", "connamespace", "conowner"),
+    ("pg_statistic_ext", "stxnamespace", "stxowner"),
+    ("pg_ts_config", "cfgnamespace", "cfgowner"),
+    ("pg_ts_dict", "dictnamespace", "dictowner"),
+)
+
+# (classid, objid, owner oid) of every object in the schema whose oid is %(nsp)s; objects
+# that exist only as part of another (row types, array types) are left out.
+_SCHEMA_OBJECTS_SQL = "SELECT o.classid, o.objid, o.owner FROM (" + " UNION ALL ".join(
+    f"SELECT 'pg_catalog.{cat}'::pg_catalog.regclass AS classid, oid AS objid, {own} AS owner "
+    f"FROM pg_catalog.{cat} WHERE {nsp} = %(nsp)s" for cat, nsp, own in SCHEMA_CATALOGS
+) + (") o WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d WHERE d.classid = o.classid "
+     "AND d.objid = o.objid AND d.deptype = 'i')")
+
+
+def _schema_row(conn: psycopg.Connection, schema: str):
+    """(oid, owner name, owner is superuser) of ``schema``, or None."""
+    return conn.execute(
+        "SELECT n.oid, r.rolname, r.rolsuper FROM pg_catalog.pg_namespace n "
+        "JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner WHERE n.nspname = %s", (schema,)).fetchone()
+
+
+def schema_objects(conn: psycopg.Connection, schema: str) -> list[tuple[str, str]]:
+    """(description, owner) of every object in ``schema``, sorted."""
+    row = _schema_row(conn, schema)
+    if row is None:
+        return []
+    return conn.execute(
+        "SELECT i.type || ' ' || i.identity, pg_catalog.pg_get_userbyid(o.owner) "
+        f"FROM ({_SCHEMA_OBJECTS_SQL}) o, pg_catalog.pg_identify_object(o.classid, o.objid, 0) i "
+        "ORDER BY 1", {"nsp": row[0]}).fetchall()
+
+
+def _create_holders(conn: psycopg.Connection, schema: str) -> list[str]:
+    """Roles other than the owner that hold CREATE on ``schema`` (PUBLIC included)."""
+    return [r[0] for r in conn.execute(
+        "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(a.grantee) END "
+        "FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a "
+        "WHERE n.nspname = %s AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner ORDER BY 1",
+        (schema,)).fetchall()]
+
+
+def _refuse_foreign(conn: psycopg.Connection, schema: str) -> bool:
+    """Raise InstallError unless ``schema`` is absent or wholly the installing role's:
+    owned by it, nobody else may create in it, and every object in it is its own.
+    Returns whether the schema exists."""
+    me = conn.execute("SELECT current_user").fetchone()[0]
+    row = _schema_row(conn, schema)
+    if row is None:
+        return False
+    if row[1] != me:
+        raise InstallError(
+            f"schema {schema!r} already exists and is owned by role {row[1]!r}, not by {me!r}: "
+            "sabre-pg installs only into a schema of its own, because the owner of the schema "
+            "could replace the code that runs in the server. Inspect and drop that schema, or "
+            f"install elsewhere with --schema; if it is an installation made by {row[1]!r}, "
+            f"upgrade it as {row[1]!r}.")
+    holders = _create_holders(conn, schema)
+    if holders:
+        raise InstallError(
+            f"schema {schema!r} grants CREATE to {', '.join(holders)}: they could plant objects "
+            f"that sabre-pg would adopt. Revoke it (REVOKE CREATE ON SCHEMA {schema} FROM "
+            f"{', '.join(holders)}), check what they created there, and install again.")
+    foreign = [f"{what} (owner {owner})" for what, owner in schema_objects(conn, schema) if owner != me]
+    if foreign:
+        raise InstallError(
+            f"schema {schema!r} holds objects not owned by {me!r}: " + "; ".join(foreign)
+            + ". sabre-pg does not adopt objects it did not create: inspect and drop them, then "
+            "install again.")
+    return True
 
 
 # --------------------------------------------------------------------------------------
@@ -236,11 +334,21 @@ def _tidy(fn):
     return wrapper
 
 
+def _run_sql_files(conn: psycopg.Connection, schema: str, after_core=None) -> None:
+    """Execute every SQL file for ``schema`` (which must exist); ``after_core()`` runs
+    right after the core file, which creates meta and modules."""
+    for f in sql_files():
+        conn.execute(render_sql(f.read_text(encoding="utf-8"), schema))
+        if f.name == CORE_SQL and after_core is not None:
+            after_core()
+
+
 @_tidy
 def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
-    """Install or upgrade sabre-pg in ``schema``, in one transaction. Returns version and build_id."""
+    """Install or upgrade sabre-pg in ``schema``, in one transaction. Returns version and build_id.
+
+    A schema that exists must be wholly the installing role's (see :func:`_refuse_foreign`)."""
     q = sql.Identifier(check_schema_name(schema))
-    files = sql_files()
     modules = collect_modules(schema)
     digest = source_hash(schema)
     _require_superuser(conn, "install")
@@ -250,28 +358,26 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
             "on the database server (Debian: apt-get install postgresql-plpython3-15)"
         )
     build_id = uuid.uuid4().hex
+    meta = {"version": sabre_pg.__version__, "build_id": build_id, "source_hash": digest}
+
+    def fill_core():
+        conn.execute(sql.SQL("DELETE FROM {}.modules").format(q))
+        with conn.cursor() as cur:
+            cur.executemany(
+                sql.SQL("INSERT INTO {}.modules (name, source, is_package) VALUES (%s, %s, %s)").format(q),
+                modules)
+            cur.executemany(
+                sql.SQL("INSERT INTO {}.meta (key, value) VALUES (%s, coalesce(%s, now()::text)) "
+                        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value").format(q),
+                list(meta.items()) + [("installed_at", None)])
+
     with conn.transaction():
         # objects created below resolve names without the caller's schemas
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
         conn.execute("CREATE EXTENSION IF NOT EXISTS plpython3u")
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(q))
-        for f in files:
-            conn.execute(render_sql(f.read_text(encoding="utf-8"), schema))
-            if f.name == CORE_SQL:
-                conn.execute(sql.SQL("DELETE FROM {}.modules").format(q))
-                meta = {"version": sabre_pg.__version__, "build_id": build_id, "source_hash": digest}
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        sql.SQL("INSERT INTO {}.modules (name, source, is_package) VALUES (%s, %s, %s)").format(q),
-                        modules,
-                    )
-                    cur.executemany(
-                        sql.SQL(
-                            "INSERT INTO {}.meta (key, value) VALUES (%s, coalesce(%s, now()::text)) "
-                            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-                        ).format(q),
-                        list(meta.items()) + [("installed_at", None)],
-                    )
+        if not _refuse_foreign(conn, schema):
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(q))  # fails if one appeared meanwhile
+        _run_sql_files(conn, schema, fill_core)
     return {"schema": schema, "version": sabre_pg.__version__, "build_id": build_id}
 
 
@@ -302,70 +408,327 @@ def is_current(conn: psycopg.Connection, schema: str = "sabre") -> bool:
     return _meta_is_current(installed_meta(conn, schema), schema)
 
 
+# --------------------------------------------------------------------------------------
+# Uninstall and purge
+# --------------------------------------------------------------------------------------
 _DROP_KIND = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW", "f": "FOREIGN TABLE"}
 
+# The schema an object of the walk below lives in: its own namespace, or its relation's
+# for the parts of a table (constraints, triggers, policies, defaults); NULL for objects
+# outside any schema (casts, event triggers, ...).
+_HOME_NSP_SQL = "CASE w.classid " + " ".join(
+    f"WHEN 'pg_catalog.{cat}'::pg_catalog.regclass THEN (SELECT {nsp} FROM pg_catalog.{cat} WHERE oid = w.objid)"
+    for cat, nsp, _ in SCHEMA_CATALOGS) + " " + " ".join(
+    f"WHEN 'pg_catalog.{cat}'::pg_catalog.regclass THEN (SELECT c.relnamespace FROM pg_catalog.{cat} x "
+    f"JOIN pg_catalog.pg_class c ON c.oid = x.{rel} WHERE x.oid = w.objid)"
+    for cat, rel in (("pg_constraint", "conrelid"), ("pg_trigger", "tgrelid"), ("pg_policy", "polrelid"),
+                     ("pg_attrdef", "adrelid"))) + " END"
+
+# Objects that depend on the roots (a query of (classid, objid)), directly or through
+# other dependents; a view's rule stands for the view, so the walk goes on through views.
+# Objects that go automatically with a dropped one (its indexes, constraints, owned
+# sequences: deptype 'a') are its parts, not dependents; nor is anything in the schema.
+_DEPENDENTS_SQL = """
+WITH RECURSIVE roots AS ({roots}),
+walk(classid, objid, part) AS (
+    SELECT r.classid, r.objid, true FROM roots r
+    UNION
+    SELECT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                THEN 'pg_catalog.pg_class'::pg_catalog.regclass ELSE d.classid END,
+           coalesce(rw.ev_class, d.objid), w.part AND d.deptype = 'a'
+    FROM walk w
+    JOIN pg_catalog.pg_depend d ON d.refclassid = w.classid AND d.refobjid = w.objid
+    LEFT JOIN pg_catalog.pg_rewrite rw
+           ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND rw.oid = d.objid
+    WHERE d.deptype IN ('n', 'a')
+)
+SELECT DISTINCT i.type || ' ' || i.identity
+FROM walk w, pg_catalog.pg_identify_object(w.classid, w.objid, 0) i
+WHERE NOT w.part AND ({home}) IS DISTINCT FROM %(nsp)s
+  AND NOT EXISTS (SELECT 1 FROM roots r WHERE r.classid = w.classid AND r.objid = w.objid)
+  AND w.classid <> 'pg_catalog.pg_default_acl'::pg_catalog.regclass
+ORDER BY 1
+"""
+
+
+def _outside_dependents(conn: psycopg.Connection, nsp: int, relations: list[int]) -> list[str]:
+    """Objects outside the schema (oid ``nsp``) that dropping it and ``relations`` would
+    drop or change: analysts' views on the catalog, views on purged outputs, ..."""
+    roots = (f"SELECT o.classid, o.objid FROM ({_SCHEMA_OBJECTS_SQL}) o "
+             "UNION SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, %(nsp)s "
+             "UNION SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, rel "
+             "FROM pg_catalog.unnest(%(rels)s::pg_catalog.oid[]) AS rel")
+    rows = conn.execute(_DEPENDENTS_SQL.format(roots=roots, home=_HOME_NSP_SQL),
+                        {"nsp": nsp, "rels": relations}).fetchall()
+    return [r[0] for r in rows]
+
+
+def purge_candidates(conn: psycopg.Connection, schema: str) -> list[tuple[int, str, str]]:
+    """(oid, qualified name, relkind) of the relations ``<schema>.recorded_relations()``
+    returns: those a recorded run created that still carry that run's identity."""
+    fn = conn.execute("SELECT pg_catalog.to_regprocedure(%s)",
+                      (f"{quote_schema(schema)}.recorded_relations()",)).fetchone()[0]
+    if fn is None:
+        raise InstallError(
+            f"{schema}.recorded_relations() does not exist: this catalog cannot tell which relations "
+            "its runs created, so --purge would have to guess. Upgrade first (sabre-pg upgrade), "
+            "or uninstall without --purge.")
+    return conn.execute(sql.SQL(
+        "SELECT DISTINCT c.oid::pg_catalog.int8, pg_catalog.format('%%I.%%I', n.nspname, c.relname), c.relkind "
+        "FROM {}.recorded_relations() r JOIN pg_catalog.pg_class c ON c.oid = r.relation "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.oid <> %s ORDER BY 2").format(sql.Identifier(schema)),
+        (_schema_row(conn, schema)[0],)).fetchall()
+
+
+def _lock_schema_relations(conn: psycopg.Connection, nsp: int, relations: list[int]) -> None:
+    """ACCESS EXCLUSIVE on the schema's tables and views and on ``relations``: nobody
+    creates a view on them between the dependency check and the drop."""
+    rels = conn.execute(
+        "SELECT c.oid::pg_catalog.regclass::pg_catalog.text FROM pg_catalog.pg_class c "
+        "WHERE (c.relnamespace = %s OR c.oid = ANY(%s::pg_catalog.oid[])) AND c.relkind IN ('r','p','v','m','f') "
+        "ORDER BY c.oid", (nsp, relations)).fetchall()
+    if rels:
+        conn.execute("LOCK TABLE " + ", ".join(r[0] for r in rels) + " IN ACCESS EXCLUSIVE MODE")
+
 
 @_tidy
-def recorded_outputs(conn: psycopg.Connection, schema: str = "sabre") -> list[tuple[str, str, str]]:
-    """(schema, name, relkind) of existing relations listed in ``<schema>.runs``, if that
-    table exists and has a ``relations`` (text[]), ``output`` or ``output_name`` column."""
-    if not _relation_exists(conn, schema, "runs"):
-        return []
-    cols = dict(conn.execute(
-        "SELECT attname, atttypid::regtype::text FROM pg_attribute "
-        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-        (f'"{schema}".runs',),
-    ).fetchall())
-    if cols.get("relations") == "text[]":        # every relation a run created
-        return conn.execute(
-            sql.SQL(
-                "SELECT DISTINCT n.nspname, c.relname, c.relkind FROM {}.runs r "
-                "CROSS JOIN LATERAL unnest(r.relations) AS rel(name) "
-                "JOIN pg_class c ON c.oid = to_regclass(rel.name) "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2"
-            ).format(sql.Identifier(schema))
-        ).fetchall()
-    col = next((c for c in ("output", "output_name") if c in cols), None)
-    if col is None:
-        return []
-    if cols[col] in ("regclass", "oid"):
-        target = sql.SQL("r.{}::oid").format(sql.Identifier(col))
-    else:
-        target = sql.SQL("to_regclass(r.{}::text)").format(sql.Identifier(col))
-    return conn.execute(
-        sql.SQL(
-            "SELECT DISTINCT n.nspname, c.relname, c.relkind FROM {}.runs r "
-            "JOIN pg_class c ON c.oid = {} "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2"
-        ).format(sql.Identifier(schema), target)
-    ).fetchall()
-
-
-@_tidy
-def uninstall(conn: psycopg.Connection, schema: str = "sabre", purge: bool = False) -> dict:
+def uninstall(conn: psycopg.Connection, schema: str = "sabre", purge: bool = False,
+              cascade: bool = False) -> dict:
     """Drop the sabre schema (functions, catalog tables, modules).
 
-    Anonymized outputs live in the users' schemas and are kept, unless ``purge``:
-    then the relations recorded in ``<schema>.runs`` are dropped too.
+    Anonymized outputs live in the users' schemas and are kept, unless ``purge``: then
+    the relations ``<schema>.recorded_relations()`` returns are dropped too (only those
+    a recorded run created and that still carry its identity). Objects of others that
+    depend on any of this (a view on ``<schema>.runs`` or on an output) make it refuse,
+    listing them, unless ``cascade``: then they are dropped as well.
     """
     q = sql.Identifier(check_schema_name(schema))
     _require_superuser(conn, "uninstall")
-    dropped = []
     with conn.transaction():
-        if purge:
-            for nsp, rel, kind in recorded_outputs(conn, schema):
-                if nsp == schema:
-                    continue  # goes with the schema
-                conn.execute(sql.SQL("DROP {} IF EXISTS {}.{} CASCADE").format(
-                    sql.SQL(_DROP_KIND.get(kind, "TABLE")), sql.Identifier(nsp), sql.Identifier(rel)))
-                dropped.append(f"{nsp}.{rel}")
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(q))
-    return {"schema": schema, "dropped_outputs": dropped}
+        row = _schema_row(conn, schema)
+        if row is None:
+            return {"schema": schema, "dropped_outputs": [], "dropped_dependents": []}
+        nsp = row[0]
+        outputs = purge_candidates(conn, schema) if purge else []
+        _lock_schema_relations(conn, nsp, [o[0] for o in outputs])
+        dependents = _outside_dependents(conn, nsp, [o[0] for o in outputs])
+        if dependents and not cascade:
+            raise InstallError(
+                "other objects depend on what uninstall would drop: " + "; ".join(dependents)
+                + ". Drop or change them first, or uninstall with --cascade to drop them too.")
+        how = sql.SQL(" CASCADE" if cascade else "")
+        for kind in ("VIEW", "MATERIALIZED VIEW", "FOREIGN TABLE", "TABLE"):  # views before their tables
+            names = [sql.SQL(o[1]) for o in outputs if _DROP_KIND.get(o[2], "TABLE") == kind]
+            if names:
+                conn.execute(sql.SQL("DROP {} IF EXISTS {}{}").format(sql.SQL(kind), sql.SQL(", ").join(names), how))
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(q))
+    return {"schema": schema, "dropped_outputs": [o[1] for o in outputs],
+            "dropped_dependents": dependents}
+
+
+# --------------------------------------------------------------------------------------
+# Check: the installation against the package and against a reference install
+# --------------------------------------------------------------------------------------
+SEARCH_PATH_PIN = "search_path=pg_catalog, pg_temp"
+# Functions allowed without SEARCH_PATH_PIN: thin SQL wrappers that must run with the
+# caller's search_path and name every object in their body with its schema (see
+# sql/20_api.sql). Entries are "name(argument types)" without the schema.
+QUALIFIED_WRAPPERS: tuple[str, ...] = (
+    "sabre_anonymize(text,text[],text,double precision,integer,text,text,jsonb)",
+)
+# Catalog tables that must have row-level security enabled.
+RLS_TABLES = ("runs", "hierarchies")
+# Grants the README tells the DBA to make to analysts, beyond what the SQL grants, by object
+# as check's findings name it: USAGE on the schema; editing hierarchies (row-level security
+# keeps each role to its own). A role may also be granted what the SQL gives PUBLIC.
+_HIERARCHY_EDITING = ("INSERT", "UPDATE", "DELETE")
+DBA_GRANTS = {"schema": ("USAGE",), "relation hierarchies": _HIERARCHY_EDITING,
+              "relation hierarchy_rows": _HIERARCHY_EDITING}
+
+# One row per object of the schema whose oid is %(nsp)s: (kind, name, owner oid, ACL
+# items "grantee=privilege[*]" with the owner written "owner", attributes as jsonb).
+# Run with search_path = pg_catalog so every name in it is schema-qualified.
+_ACL_ITEMS = """(SELECT coalesce(array_agg(CASE WHEN a.grantee = {owner} THEN 'owner'
+        WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+        || '=' || a.privilege_type || CASE WHEN a.is_grantable THEN '*' ELSE '' END), '{{}}')
+    FROM aclexplode(coalesce({acl}, acldefault({kind}, {owner}))) a)"""
+_REL_ACL = _ACL_ITEMS.format(owner="c.relowner", acl="c.relacl",
+                             kind="(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END)::\"char\"")
+_SNAPSHOT_SQL = f"""
+SELECT 'schema', ''::text, n.nspowner, {_ACL_ITEMS.format(owner='n.nspowner', acl='n.nspacl', kind="'n'")}, '{{}}'::jsonb
+FROM pg_namespace n WHERE n.oid = %(nsp)s
+UNION ALL
+SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'i' THEN 'index' ELSE 'relation' END,
+       c.relname::text, c.relowner,
+       {_REL_ACL},
+       jsonb_build_object('relkind', c.relkind, 'row_security', c.relrowsecurity,
+           'force_row_security', c.relforcerowsecurity,
+           'view', CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) END,
+           'column_privileges', (SELECT jsonb_object_agg(a.attname, a.attacl::text[]) FROM pg_attribute a
+                                 WHERE a.attrelid = c.oid AND a.attacl IS NOT NULL),
+           'policies', (SELECT jsonb_object_agg(p.polname, jsonb_build_object('cmd', p.polcmd,
+                            'permissive', p.polpermissive,
+                            'roles', (SELECT array_agg(g ORDER BY g) FROM (SELECT CASE WHEN r = 0 THEN 'PUBLIC'
+                                          ELSE pg_get_userbyid(r) END AS g FROM unnest(p.polroles) r) s),
+                            'using', pg_get_expr(p.polqual, p.polrelid),
+                            'check', pg_get_expr(p.polwithcheck, p.polrelid)))
+                        FROM pg_policy p WHERE p.polrelid = c.oid),
+           'triggers', (SELECT jsonb_object_agg(t.tgname, pg_get_triggerdef(t.oid)) FROM pg_trigger t
+                        WHERE t.tgrelid = c.oid AND NOT t.tgisinternal))
+FROM pg_class c WHERE c.relnamespace = %(nsp)s AND c.relkind <> 't'
+UNION ALL
+SELECT 'function', p.proname::text || '(' || coalesce((SELECT string_agg(format_type(t, NULL), ',' ORDER BY i)
+                                        FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)), '') || ')',
+       p.proowner, {_ACL_ITEMS.format(owner='p.proowner', acl='p.proacl', kind="'f'")},
+       jsonb_build_object('config', p.proconfig, 'security_definer', p.prosecdef, 'language', l.lanname,
+                          'volatility', p.provolatile, 'source', p.prosrc,
+                          'result', pg_get_function_result(p.oid))
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.pronamespace = %(nsp)s
+UNION ALL
+SELECT 'type', t.typname::text, t.typowner, {_ACL_ITEMS.format(owner='t.typowner', acl='t.typacl', kind="'T'")}, '{{}}'::jsonb
+FROM pg_type t WHERE t.typnamespace = %(nsp)s AND t.typrelid = 0
+  AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.typarray = t.oid)
+"""
+
+
+def _snapshot(conn: psycopg.Connection, nsp: int) -> dict:
+    """{(kind, name): (owner oid, ACL items, attributes)} of the schema with oid ``nsp``
+    (needs search_path = pg_catalog)."""
+    rows = conn.execute(_SNAPSHOT_SQL, {"nsp": nsp}).fetchall()
+    return {(kind, name): (owner, sorted(acl), attrs) for kind, name, owner, acl, attrs in rows}
+
+
+def _rename_schema(value, old: str, new_quoted: str, new_ident: str):
+    """``value`` (str / list / dict) with the reference schema's name replaced by the
+    installed one: ``"old"`` as the SQL files quote it, bare ``old`` as the server does."""
+    if isinstance(value, str):
+        return value.replace(f'"{old}"', new_quoted).replace(old, new_ident)
+    if isinstance(value, list):
+        return [_rename_schema(v, old, new_quoted, new_ident) for v in value]
+    if isinstance(value, dict):
+        return {k: _rename_schema(v, old, new_quoted, new_ident) for k, v in value.items()}
+    return value
+
+
+def _reference(conn: psycopg.Connection, schema: str, nsp: int) -> tuple[dict, dict]:
+    """Snapshots of ``schema`` and of a fresh install of this package, made in a
+    savepoint that is rolled back (so nothing of the reference stays)."""
+    ref = "sabre_check_" + uuid.uuid4().hex[:16]
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        ident = conn.execute("SELECT quote_ident(%s)", (schema,)).fetchone()[0]
+        got = _snapshot(conn, nsp)
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(ref)))
+        _run_sql_files(conn, ref)
+        ref_nsp = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (ref,)).fetchone()[0]
+        names = (ref, quote_schema(schema), ident)
+        want = {tuple(_rename_schema(list(key), *names)): tuple(_rename_schema(list(value[1:]), *names))
+                for key, value in _snapshot(conn, ref_nsp).items()}
+    return got, want
+
+
+def _acl_findings(label: str, want: list[str], have: list[str]) -> list[str]:
+    public = {item.split("=", 1)[1] for item in want if item.startswith("PUBLIC=")}
+    allowed = public | set(DBA_GRANTS.get(label, ()))
+    extra = [i for i in have if i not in want and i.split("=", 1)[1] not in allowed]
+    missing = [i for i in want if i not in have]
+    out = []
+    if extra:
+        out.append(f"{label}: privileges the SQL does not grant: {', '.join(extra)}")
+    if missing:
+        out.append(f"{label}: privileges the SQL grants are missing: {', '.join(missing)}")
+    return out
+
+
+def _catalog_findings(got: dict, want: dict, owner: int) -> list[str]:
+    """Differences between the installed schema and the reference install, ownership by
+    the schema owner, the search_path pin and row-level security."""
+    out = []
+    for key in sorted(set(got) | set(want)):
+        label = f"{key[0]} {key[1]}".strip()
+        if key not in got:
+            out.append(f"{label} is missing")
+            continue
+        have_owner, have_acl, have_attrs = got[key]
+        if have_owner != owner:
+            out.append(f"{label} is not owned by the schema owner")
+        if key not in want:
+            out.append(f"{label} is not part of sabre-pg")
+            continue
+        want_acl, want_attrs = want[key]
+        out += _acl_findings(label, want_acl, have_acl)
+        out += [f"{label}: {attr} differs from the package's" for attr in sorted(want_attrs)
+                if have_attrs.get(attr) != want_attrs[attr]]
+    for (kind, name), (_, _, attrs) in sorted(got.items()):
+        if kind == "function" and name not in QUALIFIED_WRAPPERS and SEARCH_PATH_PIN not in (attrs["config"] or []):
+            out.append(f"function {name} does not pin {SEARCH_PATH_PIN.replace('=', ' = ')}")
+        if kind == "relation" and name in RLS_TABLES and not attrs["row_security"]:
+            out.append(f"relation {name} does not have row-level security enabled")
+    return out
+
+
+def _module_findings(conn: psycopg.Connection, schema: str) -> list[str]:
+    """Rows of ``<schema>.modules`` that are not exactly what this package ships."""
+    want = {name: (src, pkg) for name, src, pkg in collect_modules(schema)}
+    have = {name: (src, pkg) for name, src, pkg in conn.execute(
+        sql.SQL("SELECT name, source, is_package FROM {}.modules").format(sql.Identifier(schema)))}
+    out = []
+    for name in sorted(set(want) | set(have)):
+        if name not in have:
+            out.append(f"module {name} is missing")
+        elif name not in want:
+            out.append(f"module {name} is not shipped by sabre-pg {sabre_pg.__version__}")
+        elif have[name][0] != want[name][0]:
+            out.append(f"module {name}: source differs from the package's")
+        elif have[name][1] != want[name][1]:
+            out.append(f"module {name}: is_package differs from the package's")
+    return out
+
+
+META_KEYS = ("version", "build_id", "source_hash", "installed_at")
+
+
+def _meta_findings(meta: dict, schema: str) -> list[str]:
+    out = [f"meta: {key} is missing" for key in META_KEYS if key not in meta]
+    out += [f"meta: unexpected key {key!r}" for key in sorted(meta) if key not in META_KEYS]
+    want = {"version": sabre_pg.__version__, "source_hash": source_hash(schema)}
+    out += [f"meta: {key} {meta[key]!r} is not this package's ({value!r}): upgrade, or find out who changed it"
+            for key, value in want.items() if key in meta and meta[key] != value]
+    return out
+
+
+def tampering(conn: psycopg.Connection, schema: str) -> list[str]:
+    """Human-readable findings where the installation in ``schema`` departs from what
+    install() writes: module rows, meta, ownership, privileges, function settings and
+    definitions, row-level security. Empty for an intact installation. The catalog part
+    compares with a reference install made and rolled back here, so it needs a superuser."""
+    row = _schema_row(conn, schema)
+    if row is None:
+        return [f"schema {schema} does not exist"]
+    nsp, owner, owner_is_super = row
+    out = [] if owner_is_super else [
+        f"schema {schema} is owned by {owner!r}, which is not a superuser: that role controls the code "
+        "the server runs"]
+    out += _meta_findings(installed_meta(conn, schema), schema)
+    out += _module_findings(conn, schema)
+    if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+        return out + ["ownership and privileges not verified: check needs a superuser to compare "
+                      "with a reference install"]
+    try:
+        got, want = _reference(conn, schema, nsp)
+    except psycopg.Error as e:  # e.g. a read-only standby
+        return out + [f"ownership and privileges not verified: the reference install failed: "
+                      f"{e.sqlstate or ''} {e.diag.message_primary or e}"]
+    owner_oid = conn.execute("SELECT nspowner FROM pg_namespace WHERE oid = %s", (nsp,)).fetchone()[0]
+    return out + _catalog_findings(got, want, owner_oid)
 
 
 @_tidy
 def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
-    """A report on the server and the sabre-pg installation in ``schema``; ``ok`` sums it up."""
+    """A report on the server and the sabre-pg installation in ``schema``; ``ok`` sums it up.
+
+    ``tampered`` lists every departure from what install() writes (see :func:`tampering`);
+    the self-test, which runs the installed code, is skipped when that list is not empty."""
     check_schema_name(schema)
     one = lambda query, *params: conn.execute(query, params or None).fetchone()  # noqa: E731
     meta = installed_meta(conn, schema)
@@ -380,10 +743,13 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
         "installed_version": meta.get("version"),
         "build_id": meta.get("build_id"),
         "up_to_date": _meta_is_current(meta, schema),
+        "tampered": tampering(conn, schema) if meta else [],
         "selftest": None,
         "selftest_error": None,
     }
-    if meta:
+    if meta and report["tampered"]:
+        report["selftest_error"] = "not run: the installation departs from the package (see tampered)"
+    elif meta:
         try:
             with conn.transaction():
                 row = one(sql.SQL("SELECT {}.sabre_selftest()").format(sql.Identifier(schema)))
@@ -393,5 +759,6 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     st = report["selftest"] or {}
     report["backend_python"] = st.get("python")
     report["backend_numpy"] = st.get("numpy")
-    report["ok"] = bool(report["plpython3u_installed"] and report["up_to_date"] and st.get("ok"))
+    report["ok"] = bool(report["plpython3u_installed"] and report["up_to_date"] and not report["tampered"]
+                        and st.get("ok"))
     return report

@@ -12,14 +12,22 @@ Database fixtures (started lazily, only when a test asks for one):
 ``pg_dsn``         the conninfo of ``pg_conn``'s database.
 ``pg_connect``     ``pg_connect(**overrides)`` opens more connections to that database
                    (e.g. ``user="analyst"``), closed after the test.
+``pg_role_dsn``    ``pg_role_dsn(role)``: the conninfo of that database as ``role``, a LOGIN
+                   role, which gets the session's test password for it (the cluster
+                   authenticates every role but its superuser by password; pg_connect
+                   does this for ``user=``).
+
+``unstarted_cluster`` a throwaway :class:`LocalCluster` of its own, not initialised yet.
 
 ``shared_dir``     session: Path of ``../shared/data`` (adult, li2007); fails if missing.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,6 +44,7 @@ REPO_DIR = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_DIR.parent / "shared" / "data"
 SABRE_SCHEMA = "sabre"
 TEST_PORT_BASE = 55400 + os.getpid() % 500  # away from the embedded cluster's 54329; per process: parallel runs do not race for one port
+TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
 
 
 @pytest.fixture(scope="session")
@@ -48,12 +57,12 @@ def shared_dir() -> Path:
     return SHARED_DATA_DIR
 
 
-@pytest.fixture(scope="session")
-def sabre_cluster():
-    root = Path(tempfile.mkdtemp(prefix="sabre-pg-test-"))
-    cluster = LocalCluster(root, first_free_port(TEST_PORT_BASE), fsync=False)
+@contextmanager
+def _throwaway_cluster(prefix: str, port_base: int):
+    """A LocalCluster under /tmp (fsync off, a free port), stopped and deleted at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = LocalCluster(root, first_free_port(port_base), fsync=False)
     try:
-        cluster.start(ensure_database=False)
         yield cluster
     finally:
         try:
@@ -63,11 +72,25 @@ def sabre_cluster():
 
 
 @pytest.fixture(scope="session")
+def sabre_cluster():
+    with _throwaway_cluster("sabre-pg-test-", TEST_PORT_BASE) as cluster:
+        cluster.start(ensure_database=False)
+        yield cluster
+
+
+@pytest.fixture
+def unstarted_cluster():
+    """A throwaway LocalCluster of its own, not yet initialised (for the cluster's own tests)."""
+    with _throwaway_cluster("sabre-pg-new-", TEST_PORT_BASE + 1000) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def _sabre_server(sabre_cluster):
     """The base pytest-postgresql's noproc fixture attaches to (``depends_on``)."""
     return SimpleNamespace(
         host=str(sabre_cluster.socket_dir), port=sabre_cluster.port, user=sabre_cluster.superuser,
-        password=None, options="", maintenance_dbname="postgres", template_dbname=None,
+        password=sabre_cluster.password, options="", maintenance_dbname="postgres", template_dbname=None,
     )
 
 
@@ -99,11 +122,24 @@ def pg_dsn(pg_conn) -> str:
 
 
 @pytest.fixture
-def pg_connect(pg_dsn):
+def pg_role_dsn(pg_conn, pg_dsn):
+    def role_dsn(role: str) -> str:
+        if role == pg_conn.info.user:
+            return pg_dsn
+        pg_conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(TEST_ROLE_PASSWORD)))
+        return make_conninfo(pg_dsn, user=role, password=TEST_ROLE_PASSWORD)
+
+    return role_dsn
+
+
+@pytest.fixture
+def pg_connect(pg_dsn, pg_role_dsn):
     opened: list[psycopg.Connection] = []
 
     def connect(autocommit: bool = True, **overrides) -> psycopg.Connection:
-        conn = psycopg.connect(make_conninfo(pg_dsn, **overrides), autocommit=autocommit)
+        dsn = pg_role_dsn(overrides["user"]) if "user" in overrides and "password" not in overrides else pg_dsn
+        conn = psycopg.connect(make_conninfo(dsn, **overrides), autocommit=autocommit)
         opened.append(conn)
         return conn
 

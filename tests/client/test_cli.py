@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from sabre_pg import cli, connect
 from sabre_pg.errors import SabreError
@@ -68,7 +69,8 @@ def test_parser_subcommands():
     a = p.parse_args(["load", "x.csv", "--hierarchies", "d"])
     assert (a.csv, a.hierarchies, a.delimiter) == ("x.csv", "d", ";")
     a = p.parse_args(["uninstall", "--purge", "--schema", "s"])
-    assert a.purge and a.sabre_schema == "s"
+    assert a.purge and a.sabre_schema == "s" and not a.cascade
+    assert p.parse_args(["uninstall", "--cascade"]).cascade
     a = p.parse_args(["server", "status", "--port", "5999"])
     assert (a.action, a.port) == ("status", 5999)
 
@@ -90,3 +92,36 @@ def test_connection_error_printed_without_traceback(capsys, tmp_path):
     err = capsys.readouterr().err
     assert rc == 1
     assert err.startswith("error:") and "Traceback" not in err
+
+
+def test_report_lists_print_one_item_per_line(capsys):
+    cli._print_report({"ok": False, "tampered": ["module a: source differs", "function f() is missing"],
+                       "none": []})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ok", "False"]
+    assert lines[1] == "tampered  module a: source differs"
+    assert lines[2] == "          function f() is missing"
+    assert lines[3].split() == ["none", "-"]
+
+
+def test_embedded_dsn_names_the_password_file(tmp_path):
+    from sabre_pg.cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path / "c", port=5999)
+    dsn = conninfo_to_dict(cluster.dsn())
+    assert dsn["passfile"] == str(tmp_path / "c" / "pgpass") and dsn["host"] == str(tmp_path / "c" / "run")
+    assert conninfo_to_dict(cluster.dsn("x", tcp=True))["host"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("hba, trusting", [
+    ("local all all trust\n", True),
+    ("host all all 127.0.0.1/32   trust  # old default\n", True),
+    ("hostssl all all ::1/128 trust\n", True),
+    ("# local all all trust\nlocal all all peer map=sabre\n", False),
+    ("local all trusted_role scram-sha-256\n", False),
+])
+def test_hba_trust_detection(hba, trusting):
+    from sabre_pg.cluster import HBA_TEMPLATE, hba_allows_trust
+
+    assert hba_allows_trust(hba) is trusting
+    assert not hba_allows_trust(HBA_TEMPLATE.format(superuser="postgres", map="sabre"))

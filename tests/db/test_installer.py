@@ -24,8 +24,8 @@ def probe_modules(monkeypatch):
     extra: dict[str, str] = {}
     real = installer.collect_modules
 
-    def collect():
-        rows = real()
+    def collect(schema="sabre"):
+        rows = real(schema)
         for name, src in extra.items():
             rows.append((name.rstrip("/"), src, name.endswith("/")))
         return rows
@@ -117,51 +117,76 @@ def test_python_tracebacks_show_shipped_source(pg_conn, probe_modules):
 def test_uninstall_keeps_user_tables(pg_conn):
     pg_conn.execute("CREATE TABLE public.keep_me AS SELECT 1 AS x")
     res = installer.uninstall(pg_conn, "sabre")
-    assert res["dropped_outputs"] == []
+    assert res["dropped_outputs"] == [] and res["dropped_dependents"] == []
     assert not schema_exists(pg_conn, "sabre")
     assert pg_conn.execute("SELECT x FROM public.keep_me").fetchone()[0] == 1
     installer.install(pg_conn, "sabre")  # and it comes back
     assert pg_conn.execute("SELECT (sabre.sabre_selftest())->>'ok'").fetchone()[0] == "true"
 
 
-OUTPUTS = ["public.out_a", 'public."Out B"', "public.out_v"]
+def _stand_in_recorded_relations(conn, names):
+    """Replace <schema>.recorded_relations() by one returning ``names``: the contract purge
+    relies on (the catalog decides which relations still carry a run's identity)."""
+    values = ", ".join(f"(1::bigint, '{n}'::regclass)" for n in names)
+    conn.execute(
+        "CREATE OR REPLACE FUNCTION sabre.recorded_relations() "
+        'RETURNS TABLE (run_id bigint, relation regclass, relkind "char") LANGUAGE sql AS $$ '
+        f"SELECT v.run_id, v.relation, c.relkind FROM (VALUES {values}) v(run_id, relation) "
+        "JOIN pg_class c ON c.oid = v.relation $$")
 
 
-def _make_run_catalog(conn, column):
-    """A minimal run catalog of our own, whatever the real one looks like."""
-    col, typ = column.split()
-    conn.execute("DROP TABLE IF EXISTS sabre.runs CASCADE")
-    conn.execute(f"CREATE TABLE sabre.runs (id serial, {col} {typ})")
-    names = OUTPUTS + (["public.already_gone"] if typ == "text" else [])  # regclass cannot name one
-    for name in names:
-        conn.execute(sql.SQL("INSERT INTO sabre.runs ({}) VALUES (%s::{})").format(
-            sql.Identifier(col), sql.SQL(typ)), (name,))
-
-
-@pytest.mark.parametrize("column", ["output regclass", "output_name text"])
-def test_uninstall_purge_drops_recorded_outputs(pg_conn, column):
+def test_purge_drops_only_what_recorded_relations_returns(pg_conn):
     pg_conn.execute("CREATE TABLE public.out_a AS SELECT 1 AS x")
     pg_conn.execute('CREATE TABLE public."Out B" AS SELECT 1 AS x')
-    pg_conn.execute("CREATE VIEW public.out_v AS SELECT 1 AS x")
+    pg_conn.execute("CREATE VIEW public.out_v AS SELECT x FROM public.out_a")  # recorded too
     pg_conn.execute("CREATE TABLE public.unrelated AS SELECT 1 AS x")
-
-    _make_run_catalog(pg_conn, column)
-    assert installer.uninstall(pg_conn, "sabre", purge=False)["dropped_outputs"] == []
-    assert all(pg_conn.execute("SELECT to_regclass(%s)", (n,)).fetchone()[0] for n in OUTPUTS)
-
-    installer.install(pg_conn, "sabre")
-    _make_run_catalog(pg_conn, column)
+    _stand_in_recorded_relations(pg_conn, ["public.out_a", 'public."Out B"', "public.out_v"])
     res = installer.uninstall(pg_conn, "sabre", purge=True)
-    assert sorted(res["dropped_outputs"]) == ["public.Out B", "public.out_a", "public.out_v"]
-    assert not any(pg_conn.execute("SELECT to_regclass(%s)", (n,)).fetchone()[0] for n in OUTPUTS)
+    assert res["dropped_outputs"] == ['public."Out B"', "public.out_a", "public.out_v"]
+    for name in ("public.out_a", 'public."Out B"', "public.out_v"):
+        assert pg_conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is None
     assert pg_conn.execute("SELECT x FROM public.unrelated").fetchone()[0] == 1
     assert not schema_exists(pg_conn, "sabre")
 
 
-def test_purge_without_run_catalog(pg_conn):
-    pg_conn.execute("DROP TABLE IF EXISTS sabre.runs CASCADE")
-    assert installer.uninstall(pg_conn, "sabre", purge=True)["dropped_outputs"] == []
+def test_purge_refuses_a_dependent_view_unless_cascade(pg_conn):
+    pg_conn.execute("CREATE TABLE public.out_a AS SELECT 1 AS x")
+    pg_conn.execute("CREATE VIEW public.someones_view AS SELECT x FROM public.out_a")
+    pg_conn.execute("CREATE VIEW public.view_on_view AS SELECT x FROM public.someones_view")
+    _stand_in_recorded_relations(pg_conn, ["public.out_a"])
+    with pytest.raises(installer.InstallError, match="view public.someones_view; view public.view_on_view"):
+        installer.uninstall(pg_conn, "sabre", purge=True)
+    assert schema_exists(pg_conn, "sabre")
+    assert pg_conn.execute("SELECT x FROM public.view_on_view").fetchone()[0] == 1
+    res = installer.uninstall(pg_conn, "sabre", purge=True, cascade=True)
+    assert res["dropped_outputs"] == ["public.out_a"]
+    assert res["dropped_dependents"] == ["view public.someones_view", "view public.view_on_view"]
+    assert pg_conn.execute("SELECT to_regclass('public.view_on_view')").fetchone()[0] is None
+
+
+def test_purge_without_recorded_relations_refuses(pg_conn):
+    pg_conn.execute("DROP FUNCTION sabre.recorded_relations() CASCADE")  # and the outputs view
+    with pytest.raises(installer.InstallError, match="recorded_relations"):
+        installer.uninstall(pg_conn, "sabre", purge=True)
+    assert schema_exists(pg_conn, "sabre")
+
+
+def test_uninstall_refuses_views_on_the_catalog_unless_cascade(pg_conn, pg_dsn, capsys):
+    pg_conn.execute("CREATE VIEW public.my_runs AS SELECT run_id FROM sabre.runs")
+    pg_conn.execute("CREATE TABLE public.uses_hierarchy (h text REFERENCES sabre.hierarchies (name))")
+    with pytest.raises(installer.InstallError) as exc:
+        installer.uninstall(pg_conn, "sabre")
+    assert "view public.my_runs" in str(exc.value) and "--cascade" in str(exc.value)
+    assert "table constraint uses_hierarchy_h_fkey on public.uses_hierarchy" in str(exc.value)
+    assert schema_exists(pg_conn, "sabre")
+
+    assert cli.main(["uninstall", "--dsn", pg_dsn]) == 1
+    assert "view public.my_runs" in capsys.readouterr().err
+    assert cli.main(["uninstall", "--dsn", pg_dsn, "--cascade"]) == 0
+    assert "dropped dependents: " in capsys.readouterr().out
     assert not schema_exists(pg_conn, "sabre")
+    assert pg_conn.execute("SELECT to_regclass('public.my_runs')").fetchone()[0] is None
+    assert pg_conn.execute("SELECT count(*) FROM public.uses_hierarchy").fetchone()[0] == 0  # table kept
 
 
 @pytest.fixture
@@ -175,7 +200,7 @@ def analyst(pg_conn):
     pg_conn.execute("DROP ROLE sabre_test_analyst")
 
 
-def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_dsn, analyst, capsys):
+def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_role_dsn, analyst, capsys):
     conn = pg_connect(user=analyst)
     with pytest.raises(installer.PrivilegeError) as exc:
         installer.install(conn, "sabre_denied")
@@ -183,9 +208,7 @@ def test_non_superuser_cannot_install(pg_conn, pg_connect, pg_dsn, analyst, caps
     assert "SUPERUSER" in msg and "plpython3u" in msg and analyst in msg
     assert not schema_exists(pg_conn, "sabre_denied")
 
-    from psycopg.conninfo import make_conninfo
-
-    rc = cli.main(["install", "--dsn", make_conninfo(pg_dsn, user=analyst), "--schema", "sabre_denied"])
+    rc = cli.main(["install", "--dsn", pg_role_dsn(analyst), "--schema", "sabre_denied"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "SUPERUSER" in err and "Traceback" not in err
@@ -206,6 +229,7 @@ def test_invalid_schema_name_rejected(pg_conn):
 
 def test_check_report(pg_conn):
     report = installer.check(pg_conn, "sabre")
+    assert report["tampered"] == []
     assert report["ok"] is True, report
     assert report["server_version"].startswith("15")
     assert report["plpython3u_installed"] and report["superuser"] and report["up_to_date"]
