@@ -127,8 +127,15 @@ def numeric_expr(plpy, name: str, col: dict, prefix: str = "") -> str:
     if col["typname"] == "date":      # (date - date refuses infinite dates)
         return ("(CASE WHEN isfinite(%s) THEN (%s - date '1970-01-01')::float8 WHEN %s > date '1970-01-01' "
                 "THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END)" % (c, c, c))
+    if col["typname"] == "interval":
+        # seconds in PostgreSQL's own interval order (a month is 30 days, a day 24 hours),
+        # not extract(epoch), which counts a year as 365.25 days
+        return ("((pg_catalog.date_part('year', %s) * 360 + pg_catalog.date_part('month', %s) * 30 "
+                "+ pg_catalog.date_part('day', %s)) * 86400 + pg_catalog.date_part('hour', %s) * 3600 "
+                "+ pg_catalog.date_part('minute', %s) * 60 + pg_catalog.date_part('second', %s))::float8"
+                % ((c,) * 6))
     if col["category"] in ("D", "T"):
-        return "extract(epoch FROM %s)::float8" % c
+        return "pg_catalog.date_part('epoch', %s)::float8" % c
     return "%s::float8" % c
 
 

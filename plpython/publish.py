@@ -505,8 +505,8 @@ def from_float(expr, col):
         return "pg_catalog.to_timestamp(%s)" % expr
     if typname == "timestamp":
         return "(pg_catalog.to_timestamp(%s) AT TIME ZONE 'UTC')" % expr
-    if typname == "interval":
-        return "pg_catalog.make_interval(secs => %s)" % expr
+    if typname == "interval":       # months of 30 days, as interval comparison counts them
+        return "pg_catalog.justify_interval(pg_catalog.make_interval(secs => %s))" % expr
     if typname in ("time", "timetz"):
         return "(time '00:00' + pg_catalog.make_interval(secs => %s))::%s" % (expr, col["type"])
     return "(%s)::%s" % (expr, col["type"])

@@ -321,14 +321,14 @@ def output_names(plpy, src, output) -> Output:
             parts = plpy.execute(plpy.prepare("SELECT pg_catalog.parse_ident($1) AS p", ["text"]),
                                  [output])[0]["p"]
         except plpy.SPIError:
-            raise E.invalid_name("output %s is not a valid (optionally schema-qualified) name" % json.dumps(output),
+            raise E.invalid_name("output %s is not a valid (optionally schema-qualified) name" % json.dumps(output, ensure_ascii=False),
                                  "Quote names with special characters, e.g. output => 'public.\"my;table\"'.")
         if len(parts) > 2:
-            raise E.invalid_name("output %s has too many dotted parts" % json.dumps(output),
+            raise E.invalid_name("output %s has too many dotted parts" % json.dumps(output, ensure_ascii=False),
                                  "Use schema.table or table.")
         out = Output(src["nspname"], parts[0]) if len(parts) == 1 else Output(parts[0], parts[1])
     if len((out.name + LONGEST_SUFFIX).encode()) > MAX_NAME:
-        raise E.name_too_long("output name %s is too long" % json.dumps(out.name),
+        raise E.name_too_long("output name %s is too long" % json.dumps(out.name, ensure_ascii=False),
                               "sabre also creates %s_classes, %s_keys and their indexes; PostgreSQL names hold "
                               "%d bytes, so the output name may have at most %d." % (
                                   out.name, out.name, MAX_NAME, MAX_NAME - len(LONGEST_SUFFIX)))

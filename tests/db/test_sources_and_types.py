@@ -185,9 +185,6 @@ def test_lookahead_zero_is_the_papers_rule(pg_conn):
     assert runs[None]["classes"] >= 1.25 * runs[0]["classes"]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: an interval QI travels as extract(epoch), which "
-                   "counts a year as 365.25 days, while interval comparison counts 360; the published "
-                   "range of '1 year' is [8766:00, 8766:00], which does not contain '1 year'")
 def test_interval_of_a_year_lies_in_its_range(pg_conn):
     """An interval QI with a month part of a year or more must still be generalized to the
     class's [min, max] under PostgreSQL's own interval order."""
