@@ -13,6 +13,7 @@ with ``search_path = pg_catalog, pg_temp``; the source arrives as an OID.
 """
 from __future__ import annotations
 
+from sabre_pg.core.metrics import discernibility
 from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
@@ -89,7 +90,7 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
              "k": req.k, "method": req.method, "options": req.options.given, "rows": int(written.sizes.sum()),
              "classes": written.classes, "buckets": metrics["buckets"], "u": metrics["U"],
              "min_class_size": written.min_class_size, "max_class_size": int(written.sizes.max()),
-             "max_emd": written.max_emd, "ail": metrics["ail"], "discernibility": metrics["discernibility"]}
+             "max_emd": written.max_emd, "ail": metrics["ail"], "discernibility": discernibility(written.sizes)}
     facts["phases"], facts["seconds"] = clock.report(), clock.total()
     output_oid = publish.record(plpy, req, run, facts)
     return [(run.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"],

@@ -39,8 +39,7 @@ _RANKED = ("SELECT g.ec_id, g.sa, g.n, pg_catalog.dense_rank() OVER (ORDER BY g.
            "FROM ({groups}) AS g")
 
 _LEAF_POSITIONS = ("SELECT g.ec_id, g.sa, g.n, h.pos AS code FROM ({groups}) AS g "
-                   "LEFT JOIN pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS h(leaf, pos) "
-                   "ON h.leaf OPERATOR(pg_catalog.=) g.sa")
+                   + C.leaf_position_join("h", 1, "g.sa"))
 
 _MISSING_EXAMPLES = (
     "SELECT d.v FROM (SELECT DISTINCT {sa} AS v FROM {rel} AS o WHERE o.{col} IS NOT NULL) AS d "

@@ -139,6 +139,13 @@ def numeric_expr(plpy, name: str, col: dict, prefix: str = "") -> str:
     return "%s::float8" % c
 
 
+def leaf_position_join(alias: str, param: int, value_sql: str) -> str:
+    """``LEFT JOIN`` giving each value (text) its leaf position, 1-based, as ``<alias>.pos``
+    (NULL for a value that is no leaf), from the leaves in the text array parameter ``$param``."""
+    return ("LEFT JOIN pg_catalog.unnest($%d::pg_catalog.text[]) WITH ORDINALITY AS %s(leaf, pos) "
+            "ON %s.leaf OPERATOR(pg_catalog.=) %s" % (param, alias, alias, value_sql))
+
+
 def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
     rows = plpy.execute(plpy.prepare(
         "SELECT path FROM %s WHERE hierarchy OPERATOR(pg_catalog.=) $1 ORDER BY ord"

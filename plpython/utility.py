@@ -131,11 +131,10 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
 
 
 def _leaf_join(plpy, a, i, params, types, prefix):
-    p1, p2 = len(params) + 1, len(params) + 2
-    params += [a.hierarchy.leaves, list(range(a.hierarchy.n_leaves))]
-    types += ["text[]", "int[]"]
-    return ("LEFT JOIN unnest($%d::text[], $%d::int[]) AS m%d(v, pos) ON m%d.v = %s%s::text"
-            % (p1, p2, i, i, prefix, C.qi(plpy, a.name)))
+    """Leaf positions of a categorical column (``m<i>.pos``, 1-based) by a join."""
+    params.append(a.hierarchy.leaves)
+    types.append("text[]")
+    return C.leaf_position_join("m%d" % i, len(params), "(%s%s)::pg_catalog.text" % (prefix, C.qi(plpy, a.name)))
 
 
 def _exec(plpy, q, types, params):
@@ -150,7 +149,7 @@ def _read_columns(plpy, S, attrs, what, leaves):
             sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i))
         else:
             joins.append(_leaf_join(plpy, a, i, params, types, "s."))
-            sel.append("array_agg(m%d.pos) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (i, i, i, i))
+            sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (i, i, i, i))
     where = " WHERE " + " AND ".join("s.%s IS NOT NULL" % C.qi(plpy, a.name) for a in attrs)
     row = _exec(plpy, "SELECT %s FROM %s AS s %s%s" % (", ".join(sel), S, " ".join(joins), where), types, params)
     out = []
@@ -186,7 +185,7 @@ def _read_output(plpy, O, attrs):
         sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, sa.name, sa.col, "o."), j))
     else:
         joins.append(_leaf_join(plpy, sa, j, params, types, "o."))
-        sel.append("array_agg(m%d.pos) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (j, j, j, j))
+        sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (j, j, j, j))
     row = _exec(plpy, "SELECT %s FROM %s AS o %s" % (", ".join(sel), O, " ".join(joins)), types, params)
     if row["ec"] is None:
         C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % O,
