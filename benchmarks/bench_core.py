@@ -30,7 +30,11 @@ import time
 from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parents[1]
-PHASES = ("bucketize", "redistribute", "hilbert", "takeout", "generalize", "metrics", "total")
+sys.path.insert(0, str(REPO_DIR))
+
+from sabre_pg.core.stopwatch import ENGINE_PHASES  # noqa: E402
+
+PHASES = ENGINE_PHASES + ("total",)
 CONFIGS = {
     "ak-sweep": {"method": "ak", "takeout": "sweep", "rows_flag": "rows"},
     "ak-random": {"method": "ak", "takeout": "random", "rows_flag": "rows"},

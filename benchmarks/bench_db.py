@@ -4,14 +4,15 @@
 For each size in ``--rows`` (default 100000,1000000):
 
 1. the census-like table ``public.bench_census_<rows>`` is generated with
-   ``sabre_pg.datasets.generate_census`` (reused when it exists with the right row count
+   ``sabre_pg.census_sql.generate_census`` (reused when it exists with the right row count
    and its hierarchies are registered; ``--regenerate`` forces it);
 2. in a fresh connection, after one ``sabre_selftest()`` (the session's first PL/Python
    call starts the interpreter and imports numpy and sabre's modules; that cold start is
    reported apart), ``sabre_anonymize`` runs with t = 0.35, k = 6, all 7 QIs
    (age, sex, education, marital, race, workclass, birthplace), SA salary; the
    client-side wall time (including the commit), the function's own ``seconds`` and the
-   per-phase seconds recorded in ``sabre.runs.phases`` are reported, and the backend's peak memory
+   per-phase seconds recorded in ``sabre.runs.phases`` are reported (in the order of
+   ``sabre_pg.core.stopwatch.PHASES``), and the backend's peak memory
    (``VmHWM`` in ``/proc/<pg_backend_pid()>/status``; 'n/a' when the server is not
    local or /proc is not readable);
 3. in another fresh connection, the baseline
@@ -41,14 +42,12 @@ sys.path.insert(0, str(REPO_DIR))
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from sabre_pg import datasets  # noqa: E402
+from sabre_pg.bench.report import phase_order  # noqa: E402
+from sabre_pg.census import CENSUS_CATEGORICAL, CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
+from sabre_pg.census_sql import generate_census  # noqa: E402
 from sabre_pg.connect import resolve_dsn  # noqa: E402
 
-QIS = ["age", "sex", "education", "marital", "race", "workclass", "birthplace"]
-SENSITIVE = "salary"
 T, K = 0.35, 6
-PHASE_ORDER = ("validate", "read", "bucketize", "redistribute", "hilbert", "takeout", "generalize",
-               "metrics", "write_keys", "build_output", "total")
 # rows -> (max anonymize seconds, max ratio anonymize / sort or None)
 TARGETS = {100_000: (1.0, None), 1_000_000: (5.0, 6.0)}
 
@@ -85,7 +84,7 @@ def backend_memory(conn) -> dict | None:
 def ensure_table(dsn: str, rows: int, schema: str, regenerate: bool) -> tuple[str, dict, str]:
     """(table, hierarchies, note): the census table of this size, generated when needed."""
     table = f"bench_census_{rows}"
-    names = {c: f"{table}_{c}" for c in datasets.CENSUS_CATEGORICAL}
+    names = {c: f"{table}_{c}" for c in CENSUS_CATEGORICAL}
     with psycopg.connect(dsn, autocommit=True) as conn:
         if not regenerate:
             exists = conn.execute("SELECT to_regclass(%s)", (f"public.{table}",)).fetchone()[0]
@@ -95,7 +94,7 @@ def ensure_table(dsn: str, rows: int, schema: str, regenerate: bool) -> tuple[st
                                     .format(sql.Identifier(schema)), (list(names.values()),)).fetchone()[0]
                 if n == rows and have == len(names):
                     return table, names, "reused"
-        res = datasets.generate_census(conn, table=table, rows=rows, seed=1, replace=True, sabre_schema=schema)
+        res = generate_census(conn, table=table, rows=rows, seed=1, replace=True, sabre_schema=schema)
         return table, res["hierarchies"], f"generated in {res['seconds']:.2f} s"
 
 
@@ -113,7 +112,7 @@ def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str) -> dict
             sql.SQL("SELECT run_id, rows, classes, min_class_size, max_emd, ail, seconds FROM "
                     "{}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, sensitive => %s, "
                     "t => %s, k => %s, method => 'ak', options => %s::jsonb)").format(qs),
-            (f"public.{table}", QIS, SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "keep": []})),
+            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "keep": []})),
         ).fetchone()
         wall = time.perf_counter() - t0
         after = backend_memory(conn)
@@ -132,7 +131,7 @@ def time_sort(dsn: str, table: str) -> dict:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS public.{}").format(sql.Identifier(tmp)))
         t0 = time.perf_counter()
         conn.execute(sql.SQL("CREATE TABLE public.{} AS SELECT * FROM public.{} ORDER BY {}").format(
-            sql.Identifier(tmp), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, QIS))))
+            sql.Identifier(tmp), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, CENSUS_QIS))))
         wall = time.perf_counter() - t0
         mem = backend_memory(conn)
         work_mem = conn.execute("SHOW work_mem").fetchone()[0]
@@ -158,7 +157,7 @@ def report(rows: int, note: str, a: dict, s: dict) -> str:
     if max_ratio is not None:
         rtgt = f"   [target <= {max_ratio:g}: {_verdict(ratio <= max_ratio)}]"
     ph = a["phases"]
-    order = [p for p in PHASE_ORDER if p in ph] + sorted(p for p in ph if p not in PHASE_ORDER)
+    order = phase_order(ph)
     mb, ma = a["mem_before"], a["mem_after"]
     lines = [
         f"== {rows:,} rows (table {note})",
@@ -196,7 +195,7 @@ def main(argv=None) -> int:
         gucs = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
                                  "('wal_level', 'fsync', 'shared_buffers', 'work_mem')").fetchall())
     print(f"sabre-pg database benchmark: PostgreSQL {version} at {where}; SABRE-AK, t = {T}, k = {K}, "
-          f"QIs {', '.join(QIS)}; {os.cpu_count()} CPUs")
+          f"QIs {', '.join(CENSUS_QIS)}; {os.cpu_count()} CPUs")
     print("server: " + ", ".join(f"{k} {gucs.get(k)}" for k in ("wal_level", "fsync", "shared_buffers", "work_mem"))
           + " (wall times include the client round trip and the commit)")
     results = []

@@ -27,7 +27,7 @@ from sabre_pg import datasets as ds
 
 METHODS = ["ak", "knn"]
 CENSUS_ROWS = 20_000
-CENSUS_QIS = ["age", "sex", "education", "marital", "race", "workclass", "birthplace"]
+CENSUS_QIS = ds.CENSUS_QIS
 ADULT_QIS = ["age", "sex", "race", "marital-status", "education", "native-country", "workclass"]
 EPS = 1e-9
 
