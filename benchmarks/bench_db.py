@@ -147,48 +147,47 @@ def _verdict(ok: bool) -> str:
     return "OK" if ok else "MISSED"
 
 
-def report(rows: int, note: str, a: dict, s: dict) -> str:
-    ratio = a["wall"] / s["wall"] if s["wall"] > 0 else float("inf")
-    max_sec, max_ratio = TARGETS.get(rows, (None, None))
-    tgt = ""
-    if max_sec is not None:
-        tgt = f"   [target <= {max_sec:g} s: {_verdict(a['wall'] <= max_sec)}]"
-    rtgt = ""
+def report(rows: int, note: str, anonymized: dict, sort: dict) -> str:
+    ratio = anonymized["wall"] / sort["wall"] if sort["wall"] > 0 else float("inf")
+    max_seconds, max_ratio = TARGETS.get(rows, (None, None))
+    seconds_target = ratio_target = ""
+    if max_seconds is not None:
+        seconds_target = f"   [target <= {max_seconds:g} s: {_verdict(anonymized['wall'] <= max_seconds)}]"
     if max_ratio is not None:
-        rtgt = f"   [target <= {max_ratio:g}: {_verdict(ratio <= max_ratio)}]"
-    ph = a["phases"]
-    order = phase_order(ph)
-    mb, ma = a["mem_before"], a["mem_after"]
+        ratio_target = f"   [target <= {max_ratio:g}: {_verdict(ratio <= max_ratio)}]"
+    phases = anonymized["phases"]
+    before, after = anonymized["mem_before"], anonymized["mem_after"]
     lines = [
         f"== {rows:,} rows (table {note})",
-        f"   sabre_anonymize  {a['wall']:.3f} s wall ({a['seconds']:.3f} s inside){tgt}; the session's "
-        f"first PL/Python call before it (interpreter, numpy, modules) took {a['cold_start']:.3f} s",
-        f"   sort baseline    {s['wall']:.3f} s   (CREATE TABLE AS ... ORDER BY 7 QIs, work_mem {s['work_mem']})",
-        f"   ratio            {ratio:.2f}{rtgt}",
-        "   phases (s)       " + "  ".join(f"{p} {ph[p]:.3f}" for p in order),
-        f"   result           run {a['run_id']}: {a['classes']:,} classes (smallest {a['min_class_size']}), "
-        f"AIL {a['ail']:.4f}, max EMD {a['max_emd']:.4f}",
-        f"   backend memory   anonymize VmHWM {_mb(ma)} (backend before it {_mb(mb)}; after: RssAnon "
-        f"{_mb(ma, 'RssAnon')}, RssShmem {_mb(ma, 'RssShmem')});  sort VmHWM {_mb(s['mem'])}",
+        f"   sabre_anonymize  {anonymized['wall']:.3f} s wall ({anonymized['seconds']:.3f} s inside)"
+        f"{seconds_target}; the session's first PL/Python call before it (interpreter, numpy, modules) "
+        f"took {anonymized['cold_start']:.3f} s",
+        f"   sort baseline    {sort['wall']:.3f} s   (CREATE TABLE AS ... ORDER BY 7 QIs, work_mem {sort['work_mem']})",
+        f"   ratio            {ratio:.2f}{ratio_target}",
+        "   phases (s)       " + "  ".join(f"{p} {phases[p]:.3f}" for p in phase_order(phases)),
+        f"   result           run {anonymized['run_id']}: {anonymized['classes']:,} classes "
+        f"(smallest {anonymized['min_class_size']}), AIL {anonymized['ail']:.4f}, max EMD {anonymized['max_emd']:.4f}",
+        f"   backend memory   anonymize VmHWM {_mb(after)} (backend before it {_mb(before)}; after: RssAnon "
+        f"{_mb(after, 'RssAnon')}, RssShmem {_mb(after, 'RssShmem')});  sort VmHWM {_mb(sort['mem'])}",
     ]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
-    p.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
-    p.add_argument("--rows", default="100000,1000000", help="comma-separated sizes (default: 100000,1000000)")
-    p.add_argument("--repeat", type=int, default=1, help="anonymize + sort runs per size (all are shown)")
-    p.add_argument("--regenerate", action="store_true", help="regenerate the tables even if they exist")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    a = p.parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
+    parser.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
+    parser.add_argument("--rows", default="100000,1000000", help="comma-separated sizes (default: 100000,1000000)")
+    parser.add_argument("--repeat", type=int, default=1, help="anonymize + sort runs per size (all are shown)")
+    parser.add_argument("--regenerate", action="store_true", help="regenerate the tables even if they exist")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    options = parser.parse_args(argv)
     try:
-        sizes = [int(x.replace("_", "")) for x in a.rows.split(",") if x.strip()]
+        sizes = [int(x.replace("_", "")) for x in options.rows.split(",") if x.strip()]
     except ValueError:
-        p.error("--rows takes comma-separated integers")
+        parser.error("--rows takes comma-separated integers")
 
-    dsn = resolve_dsn(argparse.Namespace(dsn=a.dsn, sabre_schema=a.schema))
+    dsn = resolve_dsn(argparse.Namespace(dsn=options.dsn, sabre_schema=options.schema))
     with psycopg.connect(dsn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
@@ -200,18 +199,17 @@ def main(argv=None) -> int:
           + " (wall times include the client round trip and the commit)")
     results = []
     for rows in sizes:
-        table, hier, note = ensure_table(dsn, rows, a.schema, a.regenerate)
-        for i in range(max(1, a.repeat)):
-            an = time_anonymize(dsn, table, hier, a.schema)
-            so = time_sort(dsn, table)
-            print(report(rows, note if i == 0 else "reused", an, so), flush=True)
-            results.append({"rows": rows, "table": table, "anonymize": an, "sort": so,
-                            "ratio": an["wall"] / so["wall"]})
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"wrote {a.json}")
+        table, hierarchies, note = ensure_table(dsn, rows, options.schema, options.regenerate)
+        for repetition in range(max(1, options.repeat)):
+            anonymized = time_anonymize(dsn, table, hierarchies, options.schema)
+            sort = time_sort(dsn, table)
+            print(report(rows, note if repetition == 0 else "reused", anonymized, sort), flush=True)
+            results.append({"rows": rows, "table": table, "anonymize": anonymized, "sort": sort,
+                            "ratio": anonymized["wall"] / sort["wall"]})
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"wrote {options.json}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -145,8 +145,9 @@ def _copy_text(ec: np.ndarray, per_class, sa: list[str]) -> str:
     ec_text = ec.astype(str)
     buffer = io.StringIO()
     for row in range(len(ec)):
-        cls = ec[row]
-        buffer.write("\t".join([ec_text[row]] + [f[cls] for f in formatted] + [_copy_escape(sa[row])]) + "\n")
+        class_id = ec[row]
+        buffer.write("\t".join([ec_text[row]] + [column[class_id] for column in formatted]
+                               + [_copy_escape(sa[row])]) + "\n")
     return buffer.getvalue()
 
 
