@@ -145,45 +145,20 @@ def test_load_missing_hierarchy_dir(tmp_path):
         ds.load_arx(None, f, hierarchy_dir=tmp_path / "nope")
 
 
-def test_load_ragged_rows_names_the_line(tmp_path):
+@pytest.mark.parametrize("content,message", [
+    (b"a;b;c\n1;2;3\n4;5\n7;8;9\n", r"line 3 has 2 fields, expected 3"),
+    (b"a;b\r\n1;2\r\n3;4\r\n5;6;7\r\n", r"line 4 has 3 fields"),
+    (b"", "header missing"),
+    (b"1;2;3\n4;5;6\n", "header missing"),
+    (b"a;;c\n1;2;3\n", "empty column name"),
+    (b"a;b;a\n1;2;3\n", "duplicate column"),
+])
+def test_load_rejects_a_malformed_csv(tmp_path, content, message):
+    """Ragged rows (naming the line, CRLF too), an empty file, no header, an empty or a
+    repeated column name: all refused before the database is used."""
     f = tmp_path / "d.csv"
-    f.write_text("a;b;c\n1;2;3\n4;5\n7;8;9\n")
-    with pytest.raises(ValueError, match=r"line 3 has 2 fields, expected 3"):
-        ds.load_arx(None, f)
-
-
-def test_load_ragged_rows_crlf(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_bytes(b"a;b\r\n1;2\r\n3;4\r\n5;6;7\r\n")
-    with pytest.raises(ValueError, match=r"line 4 has 3 fields"):
-        ds.load_arx(None, f)
-
-
-def test_load_empty_file(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_text("")
-    with pytest.raises(ValueError, match="header missing"):
-        ds.load_arx(None, f)
-
-
-def test_load_header_missing(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_text("1;2;3\n4;5;6\n")
-    with pytest.raises(ValueError, match="header missing"):
-        ds.load_arx(None, f)
-
-
-def test_load_header_empty_name(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_text("a;;c\n1;2;3\n")
-    with pytest.raises(ValueError, match="empty column name"):
-        ds.load_arx(None, f)
-
-
-def test_load_duplicate_header(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_text("a;b;a\n1;2;3\n")
-    with pytest.raises(ValueError, match="duplicate column"):
+    f.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
         ds.load_arx(None, f)
 
 
