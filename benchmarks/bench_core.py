@@ -31,8 +31,10 @@ from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_DIR))
-from sabre_pg.core.stopwatch import PHASES  # noqa: E402  (the repository, not an installed copy)
 
+from sabre_pg.core.stopwatch import ENGINE_PHASES  # noqa: E402
+
+PHASES = ENGINE_PHASES + ("total",)
 CONFIGS = {
     "ak-sweep": {"method": "ak", "takeout": "sweep", "rows_flag": "rows"},
     "ak-random": {"method": "ak", "takeout": "random", "rows_flag": "rows"},
@@ -46,6 +48,7 @@ def _maxrss_mb() -> float:
 
 def worker(spec: dict) -> dict:
     """Run one configuration in this process; returns the result dict."""
+    sys.path.insert(0, str(REPO_DIR))
     from sabre_pg import synthetic
     from sabre_pg.core.sabre import anonymize
 
@@ -58,11 +61,10 @@ def worker(spec: dict) -> dict:
     for _ in range(spec["repeat"]):
         res = anonymize(qis, codes, domain, spec["t"], spec["k"], method=spec["method"],
                         takeout=spec["takeout"], seed=spec["seed"])
-        measures = res.metrics()
-        runs.append({"phases": dict(res.phases), "ail": measures["ail"],
-                     "classes": measures["classes"], "max_emd": measures["max_emd"],
-                     "min_class_size": measures["min_class_size"],
-                     "max_class_size": measures["max_class_size"], "buckets": measures["buckets"]})
+        s = res.summary(spec["k"])
+        runs.append({"phases": dict(res.phases), "ail": s["ail"], "classes": s["classes"],
+                     "max_emd": s["max_emd"], "min_class_size": s["min_class_size"],
+                     "max_class_size": s["max_class_size"], "buckets": s["buckets"]})
         del res
     best = min(runs, key=lambda r: r["phases"]["total"])
     return {**spec, "sa_values": int(domain.m), "gen_seconds": gen_seconds,
@@ -87,7 +89,7 @@ def report(r: dict) -> str:
         f"== {r['config']}: SABRE-{r['method'].upper()}"
         + (f" takeout={r['takeout']}" if r["method"] == "ak" else "")
         + f", {r['rows']:,} tuples, 7 QIs, {r['sa_values']} SA values, t = {r['t']}, k = {r['k']}",
-        "   phases (s)  " + "  ".join(f"{p} {ph[p]:.3f}" for p in PHASES if p in ph),
+        "   phases (s)  " + "  ".join(f"{p} {ph[p]:.3f}" for p in PHASES),
         f"   AIL {r['ail']:.4f}   classes {r['classes']:,} (sizes {r['min_class_size']}..{r['max_class_size']},"
         f" {r['buckets']} buckets)   max EMD {r['max_emd']:.4f}",
         f"   RSS MB: start {r['rss_start_mb']:.0f}, after data {r['rss_data_mb']:.0f}, "

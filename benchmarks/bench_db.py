@@ -4,14 +4,15 @@
 For each size in ``--rows`` (default 100000,1000000):
 
 1. the census-like table ``public.bench_census_<rows>`` is generated with
-   ``sabre_pg.datasets.generate_census`` (reused when it exists with the right row count
+   ``sabre_pg.census_sql.generate_census`` (reused when it exists with the right row count
    and its hierarchies are registered; ``--regenerate`` forces it);
 2. in a fresh connection, after one ``sabre_selftest()`` (the session's first PL/Python
    call starts the interpreter and imports numpy and sabre's modules; that cold start is
    reported apart), ``sabre_anonymize`` runs with t = 0.35, k = 6, all 7 QIs
    (age, sex, education, marital, race, workclass, birthplace), SA salary; the
    client-side wall time (including the commit), the function's own ``seconds`` and the
-   per-phase seconds recorded in ``sabre.runs.phases`` are reported, and the backend's peak memory
+   per-phase seconds recorded in ``sabre.runs.phases`` are reported (in the order of
+   ``sabre_pg.core.stopwatch.PHASES``), and the backend's peak memory
    (``VmHWM`` in ``/proc/<pg_backend_pid()>/status``; 'n/a' when the server is not
    local or /proc is not readable);
 3. in another fresh connection, the baseline
@@ -41,14 +42,12 @@ sys.path.insert(0, str(REPO_DIR))
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from sabre_pg import datasets  # noqa: E402
+from sabre_pg.bench.report import phase_order  # noqa: E402
+from sabre_pg.census import CENSUS_CATEGORICAL, CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
+from sabre_pg.census_sql import generate_census  # noqa: E402
 from sabre_pg.connect import resolve_dsn  # noqa: E402
 
-QIS = ["age", "sex", "education", "marital", "race", "workclass", "birthplace"]
-SENSITIVE = "salary"
 T, K = 0.35, 6
-PHASE_ORDER = ("validate", "read", "bucketize", "redistribute", "hilbert", "takeout", "generalize",
-               "metrics", "write_keys", "build_output", "total")
 # rows -> (max anonymize seconds, max ratio anonymize / sort or None)
 TARGETS = {100_000: (1.0, None), 1_000_000: (5.0, 6.0)}
 
@@ -85,7 +84,7 @@ def backend_memory(conn) -> dict | None:
 def ensure_table(dsn: str, rows: int, schema: str, regenerate: bool) -> tuple[str, dict, str]:
     """(table, hierarchies, note): the census table of this size, generated when needed."""
     table = f"bench_census_{rows}"
-    names = {c: f"{table}_{c}" for c in datasets.CENSUS_CATEGORICAL}
+    names = {c: f"{table}_{c}" for c in CENSUS_CATEGORICAL}
     with psycopg.connect(dsn, autocommit=True) as conn:
         if not regenerate:
             exists = conn.execute("SELECT to_regclass(%s)", (f"public.{table}",)).fetchone()[0]
@@ -95,7 +94,7 @@ def ensure_table(dsn: str, rows: int, schema: str, regenerate: bool) -> tuple[st
                                     .format(sql.Identifier(schema)), (list(names.values()),)).fetchone()[0]
                 if n == rows and have == len(names):
                     return table, names, "reused"
-        res = datasets.generate_census(conn, table=table, rows=rows, seed=1, replace=True, sabre_schema=schema)
+        res = generate_census(conn, table=table, rows=rows, seed=1, replace=True, sabre_schema=schema)
         return table, res["hierarchies"], f"generated in {res['seconds']:.2f} s"
 
 
@@ -113,7 +112,7 @@ def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str) -> dict
             sql.SQL("SELECT run_id, rows, classes, min_class_size, max_emd, ail, seconds FROM "
                     "{}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, sensitive => %s, "
                     "t => %s, k => %s, method => 'ak', options => %s::jsonb)").format(qs),
-            (f"public.{table}", QIS, SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "keep": []})),
+            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "keep": []})),
         ).fetchone()
         wall = time.perf_counter() - t0
         after = backend_memory(conn)
@@ -132,7 +131,7 @@ def time_sort(dsn: str, table: str) -> dict:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS public.{}").format(sql.Identifier(tmp)))
         t0 = time.perf_counter()
         conn.execute(sql.SQL("CREATE TABLE public.{} AS SELECT * FROM public.{} ORDER BY {}").format(
-            sql.Identifier(tmp), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, QIS))))
+            sql.Identifier(tmp), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, CENSUS_QIS))))
         wall = time.perf_counter() - t0
         mem = backend_memory(conn)
         work_mem = conn.execute("SHOW work_mem").fetchone()[0]
@@ -148,71 +147,69 @@ def _verdict(ok: bool) -> str:
     return "OK" if ok else "MISSED"
 
 
-def report(rows: int, note: str, a: dict, s: dict) -> str:
-    ratio = a["wall"] / s["wall"] if s["wall"] > 0 else float("inf")
-    max_sec, max_ratio = TARGETS.get(rows, (None, None))
-    tgt = ""
-    if max_sec is not None:
-        tgt = f"   [target <= {max_sec:g} s: {_verdict(a['wall'] <= max_sec)}]"
-    rtgt = ""
+def report(rows: int, note: str, anonymized: dict, sort: dict) -> str:
+    ratio = anonymized["wall"] / sort["wall"] if sort["wall"] > 0 else float("inf")
+    max_seconds, max_ratio = TARGETS.get(rows, (None, None))
+    seconds_target = ratio_target = ""
+    if max_seconds is not None:
+        seconds_target = f"   [target <= {max_seconds:g} s: {_verdict(anonymized['wall'] <= max_seconds)}]"
     if max_ratio is not None:
-        rtgt = f"   [target <= {max_ratio:g}: {_verdict(ratio <= max_ratio)}]"
-    ph = a["phases"]
-    order = [p for p in PHASE_ORDER if p in ph] + sorted(p for p in ph if p not in PHASE_ORDER)
-    mb, ma = a["mem_before"], a["mem_after"]
+        ratio_target = f"   [target <= {max_ratio:g}: {_verdict(ratio <= max_ratio)}]"
+    phases = anonymized["phases"]
+    before, after = anonymized["mem_before"], anonymized["mem_after"]
     lines = [
         f"== {rows:,} rows (table {note})",
-        f"   sabre_anonymize  {a['wall']:.3f} s wall ({a['seconds']:.3f} s inside){tgt}; the session's "
-        f"first PL/Python call before it (interpreter, numpy, modules) took {a['cold_start']:.3f} s",
-        f"   sort baseline    {s['wall']:.3f} s   (CREATE TABLE AS ... ORDER BY 7 QIs, work_mem {s['work_mem']})",
-        f"   ratio            {ratio:.2f}{rtgt}",
-        "   phases (s)       " + "  ".join(f"{p} {ph[p]:.3f}" for p in order),
-        f"   result           run {a['run_id']}: {a['classes']:,} classes (smallest {a['min_class_size']}), "
-        f"AIL {a['ail']:.4f}, max EMD {a['max_emd']:.4f}",
-        f"   backend memory   anonymize VmHWM {_mb(ma)} (backend before it {_mb(mb)}; after: RssAnon "
-        f"{_mb(ma, 'RssAnon')}, RssShmem {_mb(ma, 'RssShmem')});  sort VmHWM {_mb(s['mem'])}",
+        f"   sabre_anonymize  {anonymized['wall']:.3f} s wall ({anonymized['seconds']:.3f} s inside)"
+        f"{seconds_target}; the session's first PL/Python call before it (interpreter, numpy, modules) "
+        f"took {anonymized['cold_start']:.3f} s",
+        f"   sort baseline    {sort['wall']:.3f} s   (CREATE TABLE AS ... ORDER BY 7 QIs, work_mem {sort['work_mem']})",
+        f"   ratio            {ratio:.2f}{ratio_target}",
+        "   phases (s)       " + "  ".join(f"{p} {phases[p]:.3f}" for p in phase_order(phases)),
+        f"   result           run {anonymized['run_id']}: {anonymized['classes']:,} classes "
+        f"(smallest {anonymized['min_class_size']}), AIL {anonymized['ail']:.4f}, max EMD {anonymized['max_emd']:.4f}",
+        f"   backend memory   anonymize VmHWM {_mb(after)} (backend before it {_mb(before)}; after: RssAnon "
+        f"{_mb(after, 'RssAnon')}, RssShmem {_mb(after, 'RssShmem')});  sort VmHWM {_mb(sort['mem'])}",
     ]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
-    p.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
-    p.add_argument("--rows", default="100000,1000000", help="comma-separated sizes (default: 100000,1000000)")
-    p.add_argument("--repeat", type=int, default=1, help="anonymize + sort runs per size (all are shown)")
-    p.add_argument("--regenerate", action="store_true", help="regenerate the tables even if they exist")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    a = p.parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
+    parser.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
+    parser.add_argument("--rows", default="100000,1000000", help="comma-separated sizes (default: 100000,1000000)")
+    parser.add_argument("--repeat", type=int, default=1, help="anonymize + sort runs per size (all are shown)")
+    parser.add_argument("--regenerate", action="store_true", help="regenerate the tables even if they exist")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    options = parser.parse_args(argv)
     try:
-        sizes = [int(x.replace("_", "")) for x in a.rows.split(",") if x.strip()]
+        sizes = [int(x.replace("_", "")) for x in options.rows.split(",") if x.strip()]
     except ValueError:
-        p.error("--rows takes comma-separated integers")
+        parser.error("--rows takes comma-separated integers")
 
-    dsn = resolve_dsn(argparse.Namespace(dsn=a.dsn, sabre_schema=a.schema))
+    dsn = resolve_dsn(argparse.Namespace(dsn=options.dsn, sabre_schema=options.schema))
     with psycopg.connect(dsn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
         gucs = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
                                  "('wal_level', 'fsync', 'shared_buffers', 'work_mem')").fetchall())
     print(f"sabre-pg database benchmark: PostgreSQL {version} at {where}; SABRE-AK, t = {T}, k = {K}, "
-          f"QIs {', '.join(QIS)}; {os.cpu_count()} CPUs")
+          f"QIs {', '.join(CENSUS_QIS)}; {os.cpu_count()} CPUs")
     print("server: " + ", ".join(f"{k} {gucs.get(k)}" for k in ("wal_level", "fsync", "shared_buffers", "work_mem"))
           + " (wall times include the client round trip and the commit)")
     results = []
     for rows in sizes:
-        table, hier, note = ensure_table(dsn, rows, a.schema, a.regenerate)
-        for i in range(max(1, a.repeat)):
-            an = time_anonymize(dsn, table, hier, a.schema)
-            so = time_sort(dsn, table)
-            print(report(rows, note if i == 0 else "reused", an, so), flush=True)
-            results.append({"rows": rows, "table": table, "anonymize": an, "sort": so,
-                            "ratio": an["wall"] / so["wall"]})
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"wrote {a.json}")
+        table, hierarchies, note = ensure_table(dsn, rows, options.schema, options.regenerate)
+        for repetition in range(max(1, options.repeat)):
+            anonymized = time_anonymize(dsn, table, hierarchies, options.schema)
+            sort = time_sort(dsn, table)
+            print(report(rows, note if repetition == 0 else "reused", anonymized, sort), flush=True)
+            results.append({"rows": rows, "table": table, "anonymize": anonymized, "sort": sort,
+                            "ratio": anonymized["wall"] / sort["wall"]})
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"wrote {options.json}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

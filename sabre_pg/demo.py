@@ -5,8 +5,8 @@ On the embedded cluster (no DSN) or any server given with ``--dsn`` / ``$DATABAS
 
 1. ``datasets.generate_census`` builds ``public.census_demo`` (100 000 rows by default,
    replaced if it exists) and registers its hierarchies;
-2. ``sabre_anonymize`` with SABRE-AK, t = 0.35, k = 6 and all seven quasi-identifiers
-   (age, sex, education, marital, race, workclass, birthplace) writes
+2. ``sabre_anonymize`` with SABRE-AK, t = 0.35, k = 6 and all seven census quasi-identifiers
+   (``census.CENSUS_QIS``: age, sex, education, marital, race, workclass, birthplace) writes
    ``public.census_demo_sabre``;
 3. ``sabre_verify`` recomputes t-closeness and k-anonymity from that table alone.
 
@@ -24,11 +24,10 @@ import time
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from sabre_pg import datasets
+from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE
+from sabre_pg.census_sql import generate_census
 from sabre_pg.errors import SabreError
 
-QUASI_IDENTIFIERS = ["age", "sex", "education", "marital", "race", "workclass", "birthplace"]
-SENSITIVE = "salary"
 DEFAULTS = {"rows": 100_000, "table": "census_demo", "schema": "public", "seed": 1,
             "t": 0.35, "k": 6, "method": "ak"}
 
@@ -75,58 +74,61 @@ def _qualified(conn, relation: str) -> str:
 
 def run_demo(conn, opts, sabre_schema: str = "sabre", out=print) -> dict:
     """Generate, anonymize, verify on ``conn`` (autocommit). Returns the summary dict."""
-    t_start = time.perf_counter()
+    started = time.perf_counter()
     try:
-        gen = datasets.generate_census(conn, table=opts.table, rows=opts.rows, seed=opts.seed,
-                                       schema=opts.table_schema, hierarchies=True, replace=True,
-                                       sabre_schema=sabre_schema)
+        generated = generate_census(conn, table=opts.table, rows=opts.rows, seed=opts.seed,
+                                    schema=opts.table_schema, hierarchies=True, replace=True,
+                                    sabre_schema=sabre_schema)
     except (ValueError, RuntimeError) as e:
         raise SabreError(str(e)) from e
     source = _qualified(conn, sql.Identifier(opts.table_schema, opts.table).as_string(conn))
-    out("generated %s: %d rows in %.2f s" % (source, gen["rows"], gen["seconds"]))
+    out("generated %s: %d rows in %.2f s" % (source, generated["rows"], generated["seconds"]))
 
-    options = {"hierarchies": gen["hierarchies"], "keep": []}
-    qs = sql.Identifier(sabre_schema)
-    t0 = time.perf_counter()
-    row = conn.execute(
+    options = {"hierarchies": generated["hierarchies"], "keep": []}
+    schema = sql.Identifier(sabre_schema)
+    anonymize_started = time.perf_counter()
+    run = conn.execute(
         sql.SQL("SELECT run_id, output::text, rows, classes, min_class_size, max_emd, ail, seconds "
                 "FROM {}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, "
-                "sensitive => %s, t => %s, k => %s, method => %s, options => %s::jsonb)").format(qs),
-        (source, QUASI_IDENTIFIERS, SENSITIVE, opts.t, opts.k, opts.method, json.dumps(options)),
+                "sensitive => %s, t => %s, k => %s, method => %s, options => %s::jsonb)").format(schema),
+        (source, CENSUS_QIS, CENSUS_SENSITIVE, opts.t, opts.k, opts.method, json.dumps(options)),
     ).fetchone()
-    wall = time.perf_counter() - t0
-    run_id, output, rows, classes, min_size, max_emd, ail, seconds = row
-    output = _qualified(conn, output)
-
-    ver = conn.execute(
+    wall = time.perf_counter() - anonymize_started
+    output = _qualified(conn, run[1])
+    verified = conn.execute(
         sql.SQL("SELECT classes, violations, max_emd, min_class_size "
-                "FROM {}.sabre_verify(%s::regclass, %s, %s, %s)").format(qs),
-        (output, SENSITIVE, opts.t, opts.k),
+                "FROM {}.sabre_verify(%s::regclass, %s, %s, %s)").format(schema),
+        (output, CENSUS_SENSITIVE, opts.t, opts.k),
     ).fetchone()
-    v_classes, violations, v_emd, v_min = ver
 
     summary = {
-        "run_id": run_id, "source": source, "output": output, "rows": rows, "classes": classes,
-        "min_class_size": min_size, "ail": ail, "max_emd": max_emd, "seconds": seconds,
-        "wall_seconds": wall, "verify_classes": v_classes, "violations": violations,
-        "verify_max_emd": v_emd, "verify_min_class_size": v_min,
+        **dict(zip(("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail",
+                    "seconds"), run)),
+        "source": source, "output": output, "wall_seconds": wall,
+        **dict(zip(("verify_classes", "violations", "verify_max_emd", "verify_min_class_size"),
+                   verified)),
         "psql": psql_command(conn, "SELECT * FROM %s LIMIT 10" % output),
-        "total_seconds": time.perf_counter() - t_start,
+        "total_seconds": time.perf_counter() - started,
     }
-    method = "SABRE-%s" % opts.method.upper()
-    out("anonymized with %s, t = %g, k = %d, QIs: %s (run %d)"
-        % (method, opts.t, opts.k, ", ".join(QUASI_IDENTIFIERS), run_id))
-    out("  output      %s" % output)
-    out("  rows        %d" % rows)
-    out("  classes     %d (smallest %d)" % (classes, min_size))
-    out("  AIL         %.4f" % ail)
-    out("  max EMD     %.4f (t = %g)" % (max_emd, opts.t))
-    out("  seconds     %.2f in sabre_anonymize (%.2f s wall)" % (seconds, wall))
+    _print_summary(summary, opts, out)
+    return summary
+
+
+def _print_summary(summary: dict, opts, out) -> None:
+    out("anonymized with SABRE-%s, t = %g, k = %d, QIs: %s (run %d)"
+        % (opts.method.upper(), opts.t, opts.k, ", ".join(CENSUS_QIS), summary["run_id"]))
+    out("  output      %s" % summary["output"])
+    out("  rows        %d" % summary["rows"])
+    out("  classes     %d (smallest %d)" % (summary["classes"], summary["min_class_size"]))
+    out("  AIL         %.4f" % summary["ail"])
+    out("  max EMD     %.4f (t = %g)" % (summary["max_emd"], opts.t))
+    out("  seconds     %.2f in sabre_anonymize (%.2f s wall)" % (summary["seconds"], summary["wall_seconds"]))
+    violations = summary["violations"]
     out("verify: %d classes, %d violations, max EMD %.4f, smallest class %d -> %s"
-        % (v_classes, violations, v_emd, v_min, "OK" if violations == 0 else "FAILED"))
+        % (summary["verify_classes"], violations, summary["verify_max_emd"],
+           summary["verify_min_class_size"], "OK" if violations == 0 else "FAILED"))
     out("look at it:")
     out("  " + summary["psql"])
-    return summary
 
 
 def main(args) -> int:

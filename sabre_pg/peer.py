@@ -83,81 +83,109 @@ def mondrian_partition(qi_arrays: dict, sa_values, k: int, t: float) -> np.ndarr
     return ec
 
 
+def _read_source(conn, source: str, source_schema: str, names: list[str]):
+    """(kind per column, SQL type per column, the columns ``names`` as value lists)."""
+    attributes = conn.execute(
+        "SELECT a.attname, t.typcategory, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s::regclass AND a.attnum > 0 "
+        "AND NOT a.attisdropped", (f"{source_schema}.{source}",)).fetchall()
+    kinds = {name: ("numerical" if category in ("N",) else "categorical") for name, category, _ in attributes}
+    types = {name: sql_type for name, _, sql_type in attributes}
+    rows = conn.execute(sql.SQL("SELECT {} FROM {}.{}").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in names), sql.Identifier(source_schema),
+        sql.Identifier(source))).fetchall()
+    columns = list(zip(*rows)) if rows else [[] for _ in names]
+    return kinds, types, columns
+
+
+def _encode_qis(conn, quasi_identifiers, kinds, columns, hierarchies: dict, sabre_schema: str):
+    """Mondrian's input per QI (numbers, or pre-order leaf positions of its hierarchy, flat
+    when none is given) and (name, values, hierarchy or None) for the generalization."""
+    qi_arrays, encoded = {}, []
+    for name, values in zip(quasi_identifiers, columns):
+        if kinds[name] == "numerical" and name not in hierarchies:
+            numbers = np.asarray(values, dtype=np.float64)
+            qi_arrays[name] = numbers
+            encoded.append((name, numbers, None))
+        else:
+            hierarchy = (load_hierarchy(conn, hierarchies[name], sabre_schema) if name in hierarchies
+                         else Hierarchy.flat(values, name=name))
+            positions = hierarchy.codes([str(x) for x in values])
+            qi_arrays[name] = positions
+            encoded.append((name, positions, hierarchy))
+    return qi_arrays, encoded
+
+
+def _generalize(ec: np.ndarray, encoded, types: dict):
+    """Output columns, their SQL types and per-class values: [min, max] per numerical QI,
+    the lowest common ancestor's label per categorical QI (as sabre generalizes)."""
+    index = ECIndex(ec)
+    names, column_types, per_class = ["ec_id"], ["bigint"], []
+    for name, values, hierarchy in encoded:
+        if hierarchy is None:
+            ranges = generalize_numerical(index, values)
+            names += [name + "_lo", name + "_hi"]
+            column_types += [types[name], types[name]]
+            per_class += [ranges.lo, ranges.hi]
+        else:
+            names.append(name)
+            column_types.append("text")
+            per_class.append(generalize_categorical(index, values, hierarchy).labels)
+    return index, names, column_types, per_class
+
+
+def _copy_text(ec: np.ndarray, per_class, sa: list[str]) -> str:
+    """The output rows in COPY text format: class id, its generalized QIs, the row's SA."""
+    formatted = []
+    for values in per_class:
+        if values.dtype.kind == "f" and np.all(values == np.round(values)):
+            formatted.append(values.astype(np.int64).astype(str))
+        else:
+            formatted.append(np.array([_copy_escape(str(x)) for x in values], dtype=object))
+    ec_text = ec.astype(str)
+    buffer = io.StringIO()
+    for row in range(len(ec)):
+        class_id = ec[row]
+        buffer.write("\t".join([ec_text[row]] + [column[class_id] for column in formatted]
+                               + [_copy_escape(sa[row])]) + "\n")
+    return buffer.getvalue()
+
+
+def _write_output(conn, qualified, names, column_types, text: str) -> None:
+    with conn.transaction():
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(qualified))
+        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(qualified, sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(ty)) for c, ty in zip(names, column_types))))
+        with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(qualified)) as copy:
+            copy.write(text)
+        conn.execute(sql.SQL("ANALYZE {}").format(qualified))
+
+
 def run_mondrian(conn, source: str, quasi_identifiers, sensitive: str, t: float, k: int,
                  output: str, hierarchies: dict | None = None, sabre_schema: str = "sabre",
                  source_schema: str = "public") -> dict:
     """Anonymize ``source`` with the peer and store ``output`` (replaced) in ``source_schema``.
 
     ``hierarchies`` maps categorical QIs to sabre hierarchy names (flat when missing).
-    Returns {"classes", "seconds": {"read", "partition", "write", "total"}}.
+    Returns {"classes", "rows", "seconds": {"read", "partition", "write", "total"}}.
     """
     hierarchies = hierarchies or {}
-    T0 = time.perf_counter()
-    cols = conn.execute(
-        "SELECT a.attname, t.typcategory, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s::regclass AND a.attnum > 0 "
-        "AND NOT a.attisdropped", (f"{source_schema}.{source}",)).fetchall()
-    kinds = {c[0]: ("numerical" if c[1] in ("N",) else "categorical") for c in cols}
-    types = {c[0]: c[2] for c in cols}
-    names = list(quasi_identifiers) + [sensitive]
-    rows = conn.execute(sql.SQL("SELECT {} FROM {}.{}").format(
-        sql.SQL(", ").join(sql.Identifier(c) for c in names), sql.Identifier(source_schema),
-        sql.Identifier(source))).fetchall()
-    columns = list(zip(*rows)) if rows else [[] for _ in names]
-    T1 = time.perf_counter()
-    qi_arrays, gen_in = {}, []
-    for j, q in enumerate(quasi_identifiers):
-        if kinds[q] == "numerical" and q not in hierarchies:
-            v = np.asarray(columns[j], dtype=np.float64)
-            qi_arrays[q] = v
-            gen_in.append((q, v, None))
-        else:
-            h = (load_hierarchy(conn, hierarchies[q], sabre_schema) if q in hierarchies
-                 else Hierarchy.flat(columns[j], name=q))
-            pos = h.codes([str(x) for x in columns[j]])
-            qi_arrays[q] = pos
-            gen_in.append((q, pos, h))
+    started = time.perf_counter()
+    kinds, types, columns = _read_source(conn, source, source_schema, list(quasi_identifiers) + [sensitive])
+    read = time.perf_counter()
+    qi_arrays, encoded = _encode_qis(conn, quasi_identifiers, kinds, columns, hierarchies, sabre_schema)
     sa = [str(x) for x in columns[-1]]
     ec = mondrian_partition(qi_arrays, sa, k, t)
-    T2 = time.perf_counter()
-    idx = ECIndex(ec)
-    out_cols, per_ec = ["ec_id"], []
-    col_types = ["bigint"]
-    for q, v, h in gen_in:
-        if h is None:
-            g = generalize_numerical(idx, v)
-            out_cols += [q + "_lo", q + "_hi"]
-            col_types += [types[q], types[q]]
-            per_ec += [g.lo, g.hi]
-        else:
-            g = generalize_categorical(idx, v, h)
-            out_cols.append(q)
-            col_types.append("text")
-            per_ec.append(g.labels)
-    out_cols.append(sensitive)
-    col_types.append(types[sensitive])
-    qout = sql.SQL("{}.{}").format(sql.Identifier(source_schema), sql.Identifier(output))
-    with conn.transaction():
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(qout))
-        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(qout, sql.SQL(", ").join(
-            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(ty)) for c, ty in zip(out_cols, col_types))))
-        buf = io.StringIO()
-        fmt = []
-        for arr in per_ec:
-            if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
-                fmt.append(arr.astype(np.int64).astype(str))
-            else:
-                fmt.append(np.array([_copy_escape(str(x)) for x in arr], dtype=object))
-        ec_s = ec.astype(str)
-        for r in range(len(ec)):
-            e = ec[r]
-            buf.write("\t".join([ec_s[r]] + [f[e] for f in fmt] + [_copy_escape(sa[r])]) + "\n")
-        with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(qout)) as cp:
-            cp.write(buf.getvalue())
-        conn.execute(sql.SQL("ANALYZE {}").format(qout))
-    T3 = time.perf_counter()
-    return {"classes": idx.n_classes, "rows": len(ec),
-            "seconds": {"read": T1 - T0, "partition": T2 - T1, "write": T3 - T2, "total": T3 - T0}}
+    partitioned = time.perf_counter()
+    index, names, column_types, per_class = _generalize(ec, encoded, types)
+    names.append(sensitive)
+    column_types.append(types[sensitive])
+    qualified = sql.SQL("{}.{}").format(sql.Identifier(source_schema), sql.Identifier(output))
+    _write_output(conn, qualified, names, column_types, _copy_text(ec, per_class, sa))
+    written = time.perf_counter()
+    return {"classes": index.n_classes, "rows": len(ec),
+            "seconds": {"read": read - started, "partition": partitioned - read,
+                        "write": written - partitioned, "total": written - started}}
 
 
 def _copy_escape(s: str) -> str:

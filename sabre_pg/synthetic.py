@@ -1,12 +1,15 @@
 """Census-like synthetic data in numpy (client side, no database): for core tests and the
-core benchmark.  Shaped like the SABRE paper's Table 5: 7 QIs (age 79 values, sex 2,
-education 17, marital 6/h2, race 9/h1, workclass 10/h3, birthplace 83/h2) and a numerical
-SA salary with 50 values that depends on age, education, workclass and sex.
+core benchmark.  Its columns, value domains and hierarchies are the census domain's
+(:mod:`sabre_pg.census`, shaped like the SABRE paper's Table 5: 7 QIs, age 79 values, sex 2,
+education 17, marital 6/h2, race 9/h1, workclass 10/h3, birthplace 83/h2, and the numerical
+SA salary with 50 values); only the distributions are its own, simpler than the SQL
+generator's: salary depends on age, education, workclass and sex.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import census as domain
 from .core.emd import SADomain
 from .core.hierarchy import Hierarchy
 from .core.sabre import QuasiIdentifier, encode_numerical
@@ -27,43 +30,44 @@ def tree_hierarchy(n_leaves: int, fanouts: list[int], prefix: str, name: str | N
     return Hierarchy(rows, name=name)
 
 
-def census_hierarchies() -> dict:
-    return {
-        "sex": Hierarchy.flat(["M", "F"], name="sex"),
-        "marital": tree_hierarchy(6, [3], "mar", "marital"),            # height 2
-        "race": Hierarchy.flat(["race%d" % i for i in range(9)], name="race"),   # height 1
-        "workclass": tree_hierarchy(10, [2, 3], "wc", "workclass"),     # height 3
-        "birthplace": tree_hierarchy(83, [10], "bp", "birthplace"),     # height 2
-    }
+def census_hierarchies() -> dict[str, Hierarchy]:
+    """The census domain's hierarchies, by categorical column."""
+    return {column: domain.census_hierarchy(column) for column in domain.CENSUS_CATEGORICAL}
+
+
+def _cycle_domain(values: np.ndarray, first: int, last: int) -> None:
+    """Make the first rows take every value of [first, last] once, so every value occurs."""
+    count = min(len(values), last - first + 1)
+    values[:count] = np.arange(first, first + count)
 
 
 def census(n: int, seed: int = 0):
-    """Return (qis, sa_codes, domain) for n census-like tuples."""
+    """Return (qis, sa_codes, sa_domain) for n census-like tuples, QIs in ``CENSUS_QIS`` order.
+
+    Categorical QIs are leaf positions of their census hierarchy (the index of the value in
+    ``census.census_values``, which is the hierarchy's pre-order)."""
     rng = np.random.default_rng(seed)
-    H = census_hierarchies()
-    age = np.clip(np.rint(rng.normal(40, 14, n)), 17, 95)
-    age[:79] = np.arange(17, 96)
-    sex = rng.integers(0, 2, n)
-    education = np.clip(np.rint(rng.normal(9 + (age - 40) * 0.02, 3, n)), 1, 17)
-    education[:17] = np.arange(1, 18)
-    mar_p = np.where(age < 30, 0, np.where(age < 60, 1, 2))
-    marital = np.clip(mar_p * 2 + rng.integers(0, 2, n) + (rng.random(n) < 0.1), 0, 5).astype(np.int64)
-    race = np.minimum(rng.geometric(0.5, n) - 1, 8)
-    workclass = rng.integers(0, 10, n)
-    birthplace = np.minimum(rng.geometric(0.08, n) - 1, 82)
-    birthplace[:83] = np.arange(83)
+    age = np.clip(np.rint(rng.normal(40, 14, n)), domain.AGE_MIN, domain.AGE_MAX)
+    _cycle_domain(age, domain.AGE_MIN, domain.AGE_MAX)
+    sex = rng.integers(0, len(domain.SEX), n)                       # 0 = Male
+    education = np.clip(np.rint(rng.normal(9 + (age - 40) * 0.02, 3, n)), domain.EDU_MIN, domain.EDU_MAX)
+    _cycle_domain(education, domain.EDU_MIN, domain.EDU_MAX)
+    life_stage = np.where(age < 30, 0, np.where(age < 60, 1, 2))
+    marital = np.clip(life_stage * 2 + rng.integers(0, 2, n) + (rng.random(n) < 0.1),
+                      0, len(domain.MARITAL) - 1).astype(np.int64)
+    race = np.minimum(rng.geometric(0.5, n) - 1, len(domain.RACE) - 1)
+    workclass = rng.integers(0, len(domain.WORKCLASS), n)
+    birthplace = np.minimum(rng.geometric(0.08, n) - 1, len(domain.BIRTHPLACE) - 1)
+    _cycle_domain(birthplace, 0, len(domain.BIRTHPLACE) - 1)
     score = (0.35 * (education - 9) / 3 + 0.3 * np.minimum(age - 17, 40) / 14
-             + 0.2 * (workclass % 4) / 2 + 0.25 * sex + rng.normal(0, 1, n))
-    salary = np.clip(np.rint(18 + 8 * score), 1, 50).astype(np.int64)
-    salary[:50] = np.arange(1, 51)
-    qis = [
-        QuasiIdentifier("age", age.astype(np.float64)),
-        QuasiIdentifier("sex", sex.astype(np.int64), H["sex"]),
-        QuasiIdentifier("education", education.astype(np.float64)),
-        QuasiIdentifier("marital", marital, H["marital"]),
-        QuasiIdentifier("race", race.astype(np.int64), H["race"]),
-        QuasiIdentifier("workclass", workclass.astype(np.int64), H["workclass"]),
-        QuasiIdentifier("birthplace", birthplace.astype(np.int64), H["birthplace"]),
-    ]
+             + 0.2 * (workclass % 4) / 2 + 0.25 * (sex == 0) + rng.normal(0, 1, n))
+    salary = np.clip(np.rint(18 + 8 * score), domain.SALARY_MIN, domain.SALARY_MAX).astype(np.int64)
+    _cycle_domain(salary, domain.SALARY_MIN, domain.SALARY_MAX)
+    values = {"age": age, "sex": sex, "education": education, "marital": marital, "race": race,
+              "workclass": workclass, "birthplace": birthplace}
+    hierarchies = census_hierarchies()
+    qis = [QuasiIdentifier(column, values[column].astype(np.int64), hierarchies[column])
+           if column in hierarchies else QuasiIdentifier(column, values[column].astype(np.float64))
+           for column in domain.CENSUS_QIS]
     codes, distinct = encode_numerical(salary)
     return qis, codes, SADomain("numerical", m=len(distinct))

@@ -22,11 +22,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from sabre_pg import datasets as ds
 from tests.db.helpers import (CENSUS_ROWS, anonymize, checksum, columns, count, expect_error, ident,
                               make_census, relations, run_row, scalar, verify)
 
 METHODS = ["ak", "knn"]
-CENSUS_QIS = ["age", "sex", "education", "marital", "race", "workclass", "birthplace"]
+CENSUS_QIS = ds.CENSUS_QIS
 ADULT_QIS = ["age", "sex", "race", "marital-status", "education", "native-country", "workclass"]
 EPS = 1e-9
 

@@ -29,16 +29,16 @@ def require_define_hierarchy(conn):
                     "sabre schema: the core SQL must define it before hierarchies can be registered")
 
 
-def registered(conn, name: str) -> bool | None:
-    """Whether hierarchy ``name`` is stored in sabre.hierarchies (None: no such table).
+def registered(conn, name: str) -> bool:
+    """Whether hierarchy ``name`` is stored in sabre.hierarchies."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM sabre.hierarchies WHERE name = %s)",
+                        (name,)).fetchone()[0]
 
-    The table's column names are the core's business, so any column may hold the name.
-    """
-    if conn.execute("SELECT to_regclass('sabre.hierarchies')").fetchone()[0] is None:
-        return None
-    return conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM sabre.hierarchies h, jsonb_each_text(to_jsonb(h)) kv "
-        "WHERE kv.value = %s)", (name,)).fetchone()[0]
+
+def stored_leaves(conn, name: str) -> list[str]:
+    """The leaves of a registered hierarchy, in pre-order."""
+    return [r[0] for r in conn.execute(
+        "SELECT path[1] FROM sabre.hierarchy_rows WHERE hierarchy = %s ORDER BY ord", (name,))]
 
 
 # --------------------------------------------------------------------------- census
@@ -156,8 +156,10 @@ def test_census_hierarchies_registered(pg_conn):
     res = ds.generate_census(pg_conn, table="census", rows=10_000, seed=1)
     expected = {c: f"census_{c}" for c in ("sex", "marital", "race", "workclass", "birthplace")}
     assert res["hierarchies"] == expected
-    for name in expected.values():
-        assert registered(pg_conn, name) in (True, None), name
+    for column, name in expected.items():
+        assert registered(pg_conn, name), name
+        assert stored_leaves(pg_conn, name) == ds.census_values(column), name
+    assert not registered(pg_conn, "census_age"), "numerical columns get no hierarchy"
 
 
 # --------------------------------------------------------------------------- ARX loader
@@ -191,7 +193,7 @@ def test_load_adult_hierarchies(pg_conn, shared_dir):
     assert res["hierarchies"] == {c: f"adult_{c}" for c in ADULT_COLUMNS}
     assert len(res["hierarchies"]) == 9
     for name in res["hierarchies"].values():
-        assert registered(pg_conn, name) in (True, None), name
+        assert registered(pg_conn, name), name
 
 
 def test_load_refuses_to_overwrite(pg_conn, shared_dir):
@@ -236,7 +238,8 @@ def test_load_hierarchy_dir_and_delimiter(pg_conn, tmp_path):
     (hier / "t_hierarchy_city.csv").write_text("Paris,France,*\nLyon,France,*\n")
     res = ds.load_arx(pg_conn, data / "t.csv", hierarchy_dir=hier, table="towns", delimiter=",")
     assert res["hierarchies"] == {"city": "towns_city"}
-    assert registered(pg_conn, "towns_city") in (True, None)
+    assert registered(pg_conn, "towns_city")
+    assert stored_leaves(pg_conn, "towns_city") == ["Paris", "Lyon"]
 
 
 def test_load_missing_define_hierarchy_is_a_clear_error(pg_conn, shared_dir):

@@ -13,6 +13,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from sabre_pg import demo
+from sabre_pg.census import CENSUS_QIS
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 ROWS = 20_000
@@ -61,7 +62,7 @@ def test_demo_main(pg_dsn, pg_conn, capsys):
     assert re.search(rf"^\s*classes\s+{classes} ", out, re.M)
     run = pg_conn.execute("SELECT method, t, k, quasi_identifiers, options->'keep' FROM sabre.runs "
                           "ORDER BY run_id DESC LIMIT 1").fetchone()
-    assert run == ("ak", 0.35, 6, demo.QUASI_IDENTIFIERS, [])
+    assert run == ("ak", 0.35, 6, CENSUS_QIS, [])
 
     if shutil.which("psql"):   # the printed command really works
         res = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=60)

@@ -1,0 +1,111 @@
+"""``sabre-pg bench``: the experiments of SABRE §6 on the census-like data, in the database.
+
+    sabre-pg bench [--dsn DSN] [--out DIR] [--quick] [--rows N] [--queries Q] [--no-peer]
+                   [--sizes 100000,250000,500000] [--seed S] [--keep]
+
+Every configuration runs ``sabre_anonymize`` (SABRE-AK and SABRE-KNN) on a generated census
+table and measures the output with the SQL metric functions (``sabre_utility``,
+``sabre_query_error_stats``, ``sabre_kl_divergence``) and ``sabre_verify``.  The Mondrian
+t-closeness peer (``anonypyx``, see ``sabre_pg.peer``) runs on the same rows with the SA as a
+categorical attribute under a flat hierarchy, and so does SABRE for that comparison.
+
+Three parts:
+
+* :mod:`sabre_pg.bench.runner`: runs one configuration and measures it (once each);
+* :mod:`sabre_pg.bench.experiments`: the figures as data (``FIGURES``) and :func:`sweep`;
+* :mod:`sabre_pg.bench.report`: ``results.json``, ``results.csv``, ``summary.md``
+  (:meth:`Report.markdown`) and ``fig*.png``.
+
+This module holds the command line: :func:`main` and :func:`run_bench`.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from psycopg import sql
+
+from sabre_pg import peer
+from sabre_pg.bench.experiments import DEFAULT, FIGURES, QUICK, planned_steps, sweep
+from sabre_pg.bench.report import Report
+from sabre_pg.bench.runner import Runner
+
+PEER_OPTIONS = ("anonypyx %s: mondrian.Mondrian(df, <QIs>).partition([models.kAnonymity(k), "
+                "models.tCloseness(t, df, salary, models.earth_movers_distance_categorical)]); "
+                "salary as pandas category (all 50 values), categorical QIs as pre-order leaf positions")
+
+
+def parse(extra) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="sabre-pg bench", add_help=True)
+    p.add_argument("--quick", action="store_true", help="small n, few points (< 1 minute)")
+    p.add_argument("--rows", type=int, help="n of the default configuration")
+    p.add_argument("--queries", type=int, help="queries per workload (default 10000; quick 1000)")
+    p.add_argument("--sizes", help="comma-separated n values of the scalability sweep (e.g. 100000,500000,1000000)")
+    p.add_argument("--no-peer", action="store_true", help="skip the Mondrian peer")
+    p.add_argument("--seed", type=int, default=1, help="data and workload seed")
+    p.add_argument("--keep", action="store_true", help="keep the output tables")
+    return p.parse_args(extra)
+
+
+def configuration(opts: argparse.Namespace) -> dict:
+    """DEFAULT or QUICK (a copy), with ``--rows``, ``--queries`` and ``--sizes`` applied."""
+    cfg = {key: (list(value) if isinstance(value, list) else value)
+           for key, value in (QUICK if opts.quick else DEFAULT).items()}
+    if opts.rows:
+        cfg["rows"] = opts.rows
+    if opts.queries:
+        cfg["queries"] = opts.queries
+    if opts.sizes:
+        cfg["sizes"] = [int(size) for size in opts.sizes.split(",") if size.strip()]
+    return cfg
+
+
+def peer_note(use_peer: bool, skipped_by_option: bool) -> str:
+    if use_peer:
+        from importlib.metadata import version
+
+        return "Peer options: " + PEER_OPTIONS % version("anonypyx")
+    if skipped_by_option:
+        return "Peer skipped (--no-peer)."
+    return "Peer skipped: anonypyx is not installed (pip install -e '.[bench]')."
+
+
+def run_bench(conn, cfg: dict, out: Path, seed: int, keep: bool, use_peer: bool, schema: str,
+              note: str) -> Report:
+    """Sweep every figure of ``FIGURES`` on ``conn`` (autocommit, search_path holding sabre),
+    drop the outputs unless ``keep``, write the report to ``out`` and return it."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    with tqdm(total=planned_steps(cfg, use_peer), desc="sabre-pg bench", unit="step") as bar:
+        def progress(what: str) -> None:
+            bar.set_postfix_str(what[:50])
+            bar.update(1)
+
+        runner = Runner(conn, cfg, seed, schema, progress)
+        figures = {figure.id: sweep(runner, figure, cfg, use_peer) for figure in FIGURES}
+    total = time.perf_counter() - started
+    if not keep:
+        runner.drop_outputs()
+    server = conn.execute("SELECT pg_catalog.version()").fetchone()[0]
+    report = Report(cfg, seed, runner.runs, figures, note, total, server)
+    report.write(out)
+    return report
+
+
+def main(args) -> int:
+    from sabre_pg.connect import connect
+
+    opts = parse(getattr(args, "extra", []) or [])
+    cfg = configuration(opts)
+    use_peer = not opts.no_peer and peer.available()
+    schema = getattr(args, "sabre_schema", "sabre") or "sabre"
+    out = Path(getattr(args, "out", None) or "bench-out")
+    with connect(args, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
+        report = run_bench(conn, cfg, out, opts.seed, opts.keep, use_peer, schema,
+                           peer_note(use_peer, opts.no_peer))
+    print(f"bench finished in {report.total_seconds:.1f} s; results in {out}/ "
+          "(results.json, results.csv, summary.md, fig*.png)")
+    return 0
