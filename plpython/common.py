@@ -49,20 +49,19 @@ def catalog(name: str) -> str:
 def check_t(t, hint: str):
     """The core's rule for t (0 < t <= 1; NaN refused) as a PostgreSQL error: NULL 22004,
     the rest 22023; one check for every entry point."""
-    if t is None:
-        raise E.null_not_allowed("t must not be NULL", hint)
-    try:
-        return parameters.check_t(t)
-    except ValueError as e:
-        raise E.invalid_parameter(str(e), hint)
+    return _core_check("t", t, parameters.check_t, hint)
 
 
 def check_k(k, hint: str):
     """The core's rule for k (an integer >= 1) as a PostgreSQL error, like :func:`check_t`."""
-    if k is None:
-        raise E.null_not_allowed("k must not be NULL", hint)
+    return _core_check("k", k, parameters.check_k, hint)
+
+
+def _core_check(name, value, check, hint):
+    if value is None:
+        raise E.null_not_allowed("%s must not be NULL" % name, hint)
     try:
-        return parameters.check_k(k)
+        return check(value)
     except ValueError as e:
         raise E.invalid_parameter(str(e), hint)
 

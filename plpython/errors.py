@@ -36,56 +36,26 @@ class SabreError(Exception):
         self.sqlstate, self.message, self.hint, self.detail = sqlstate, message, hint, detail
 
 
-def invalid_parameter(message, hint, detail=None):
-    return SabreError(INVALID_PARAMETER, message, hint, detail)
+def _kind(sqlstate: str):
+    """The constructor of one error kind: ``kind(message, hint, detail=None) -> SabreError``."""
+    def make(message: str, hint: str | None, detail: str | None = None) -> SabreError:
+        return SabreError(sqlstate, message, hint, detail)
+    return make
 
 
-def null_not_allowed(message, hint):
-    return SabreError(NULL_NOT_ALLOWED, message, hint)
-
-
-def undefined_column(message, hint):
-    return SabreError(UNDEFINED_COLUMN, message, hint)
-
-
-def undefined_table(message, hint):
-    return SabreError(UNDEFINED_TABLE, message, hint)
-
-
-def duplicate_column(message, hint):
-    return SabreError(DUPLICATE_COLUMN, message, hint)
-
-
-def duplicate_table(message, hint):
-    return SabreError(DUPLICATE_TABLE, message, hint)
-
-
-def datatype_mismatch(message, hint):
-    return SabreError(DATATYPE_MISMATCH, message, hint)
-
-
-def invalid_name(message, hint):
-    return SabreError(INVALID_NAME, message, hint)
-
-
-def name_too_long(message, hint):
-    return SabreError(NAME_TOO_LONG, message, hint)
-
-
-def insufficient_privilege(message, hint):
-    return SabreError(INSUFFICIENT_PRIVILEGE, message, hint)
-
-
-def dependent_objects(message, hint, detail=None):
-    return SabreError(DEPENDENT_OBJECTS, message, hint, detail)
-
-
-def lock_not_available(message, hint):
-    return SabreError(LOCK_NOT_AVAILABLE, message, hint)
-
-
-def source_changed(message, hint):
-    return SabreError(SERIALIZATION_FAILURE, message, hint)
+invalid_parameter = _kind(INVALID_PARAMETER)
+null_not_allowed = _kind(NULL_NOT_ALLOWED)
+undefined_column = _kind(UNDEFINED_COLUMN)
+undefined_table = _kind(UNDEFINED_TABLE)
+duplicate_column = _kind(DUPLICATE_COLUMN)
+duplicate_table = _kind(DUPLICATE_TABLE)
+datatype_mismatch = _kind(DATATYPE_MISMATCH)
+invalid_name = _kind(INVALID_NAME)
+name_too_long = _kind(NAME_TOO_LONG)
+insufficient_privilege = _kind(INSUFFICIENT_PRIVILEGE)
+dependent_objects = _kind(DEPENDENT_OBJECTS)
+lock_not_available = _kind(LOCK_NOT_AVAILABLE)
+source_changed = _kind(SERIALIZATION_FAILURE)
 
 
 def raise_sql(plpy, error: SabreError):

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 
-import psycopg
 import pytest
 from psycopg import sql
 
@@ -666,43 +665,3 @@ def test_identifiers_with_quotes_semicolons_spaces(pg_conn):
                                  "WHERE ns.nspname = %s AND c.relname = %s", (s, n))
         assert parent in table_oids, (s, n)
     assert scalar(pg_conn, "SELECT to_regclass('public.y')::text") is not None
-
-
-# --------------------------------------------------------------------------- sabre_verify
-
-def test_verify_detects_skewed_class_and_small_class(pg_conn):
-    # classes 0..3: salaries 1..10 once each; class 4: ten rows of salary 10.
-    # Whole table: 1..9 have 4/50, 10 has 14/50.  Ordered EMD (m = 10 values):
-    # classes 0..3: sum_i 0.02 i / 9 = 0.1;  class 4: sum_i 0.08 i / 9 = 0.4.
-    pg_conn.execute("""
-        CREATE TABLE fake AS
-        SELECT c::bigint AS ec_id, v AS salary FROM generate_series(0, 3) c, generate_series(1, 10) v
-        UNION ALL SELECT 4, 10 FROM generate_series(1, 10);""")
-    v = verify(pg_conn, "fake", "salary", 0.2, 1)
-    assert v["classes"] == 5 and v["violations"] == 1 and v["min_class_size"] == 10
-    assert v["max_emd"] == pytest.approx(0.4)
-    assert verify(pg_conn, "fake", "salary", 0.4, 1)["violations"] == 0
-    assert verify(pg_conn, "fake", "salary", 0.05, 1)["violations"] == 5
-    # size < k is a violation too
-    assert verify(pg_conn, "fake", "salary", 0.4, 11)["violations"] == 5
-    pg_conn.execute("INSERT INTO fake VALUES (5, 1), (5, 10)")
-    v = verify(pg_conn, "fake", "salary", 1.0, 5)
-    assert v["classes"] == 6 and v["violations"] == 1 and v["min_class_size"] == 2
-
-
-def test_verify_categorical_with_hierarchy(pg_conn):
-    pg_conn.execute("SELECT sabre_define_hierarchy('job_h', %s)",
-                    ("nurse;health;*\ndoctor;health;*\npilot;transport;*\ndriver;transport;*",))
-    pg_conn.execute("""
-        CREATE TABLE fake_cat AS
-        SELECT c::bigint AS ec_id, j AS job FROM generate_series(0, 2) c,
-               unnest(ARRAY['nurse','doctor','pilot','driver']) j
-        UNION ALL SELECT 3, j FROM unnest(ARRAY['nurse','doctor','nurse','doctor']) j;""")
-    # whole table: nurse, doctor 5/16 each, pilot, driver 3/16 each.  Class 3 (health only) must
-    # move 6/16 of mass across the root (ground distance 1): EMD 0.375; classes 0..2: 0.125.
-    flat = verify(pg_conn, "fake_cat", "job", 0.2, 1)
-    hier = verify(pg_conn, "fake_cat", "job", 0.2, 1, "job_h")
-    assert flat["classes"] == hier["classes"] == 4
-    assert hier["violations"] == 1 and flat["violations"] == 1
-    assert hier["max_emd"] == pytest.approx(0.375) and flat["max_emd"] == pytest.approx(0.375)
-    assert verify(pg_conn, "fake_cat", "job", 1.0, 1, "job_h")["violations"] == 0

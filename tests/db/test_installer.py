@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import sabre_pg
 from sabre_pg import cli, installer

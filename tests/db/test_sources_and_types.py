@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from psycopg import sql
 
-from tests.db.helpers import (anonymize, check_exact_generalization, checksum, columns, count, ident,
+from tests.db.helpers import (anonymize, check_exact_generalization, checksum, columns, count,
                               make_census, run_row, scalar, verify)
 
 ROWS = 3000
