@@ -17,6 +17,8 @@ are computed by :mod:`sabre_pg.core.exact_emd`, in integers.  Built-ins are qual
 """
 from __future__ import annotations
 
+import numpy as np
+
 from sabre_pg.core import exact_emd as X
 from sabre_pg.core.hierarchy import Hierarchy
 
@@ -67,6 +69,9 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
                % (sa_name, sa_col["type"]),
                "Numeric and date/time types are numerical (ordered distance); text, bool and enum "
                "are categorical (equal distance); any type can use a hierarchy of its text values.")
+    fast = _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind)
+    if fast is not None:
+        return fast
     sa = _as_leaf_text(plpy, sa_name) if kind == "hierarchical" else "o.%s" % C.qi(plpy, sa_name)
     groups = _GROUPS.format(ec=C.qi(plpy, EC), sa=sa, rel=relation_qname)
     inner = (_LEAF_POSITIONS if kind == "hierarchical" else _RANKED).format(groups=groups)
@@ -81,12 +86,54 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
     ec = T.decode_array(row["ec"], "int8", n)
     codes = T.decode_array(row["code"], "int8", n) - 1        # ranks and ordinals start at 1
     counts = T.decode_array(row["n"], "int8", n)
+    return _class_emds(kind, ec, codes, counts, int(codes.max()) + 1 if n else 0, hierarchy)
+
+
+def _class_emds(kind, ec, codes, counts, m, hierarchy):
     if kind == "hierarchical":
         return X.hierarchical_class_emds(ec, codes, counts, hierarchy)
-    m = int(codes.max()) + 1 if n else 0
     if kind == "ordered":
         return X.ordered_class_emds(ec, codes, counts, m)
     return X.equal_class_emds(ec, codes, counts, m)
+
+
+# SA types whose values travel exactly as int8 / float8, so their ranks are computed in numpy
+ROW_TYPES = {"int2": "int8", "int4": "int8", "int8": "int8", "float4": "float8", "float8": "float8"}
+
+
+def _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind):
+    """The same measurement from one scan without grouping in SQL, when the SA travels exactly
+    (an integer or float SA, or leaf positions of a hierarchy): ``(ec_id, code)`` per row in
+    binary, grouped in numpy.  None when the relation has NULLs or values that are no leaves
+    (the grouped query reports them) or the SA needs SQL's own order (numeric, dates, text)."""
+    column = "o.%s" % C.qi(plpy, sa_name)
+    if kind == "hierarchical":
+        value, sqltype = "h.pos", "int8"
+        source = "%s AS o %s" % (relation_qname, C.leaf_position_join("h", 1, _as_leaf_text(plpy, sa_name)))
+    elif kind == "ordered" and sa_col["typname"] in ROW_TYPES:
+        value, sqltype, source = column, ROW_TYPES[sa_col["typname"]], "%s AS o" % relation_qname
+    else:
+        return None
+    query = ("SELECT pg_catalog.count(*) AS n, pg_catalog.count(o.%s) AS n_ec, pg_catalog.count(%s) AS n_sa, "
+             "%s AS ec, %s AS sa FROM %s" % (C.qi(plpy, EC), value, T.binary_agg("o.%s" % C.qi(plpy, EC), "int8"),
+                                              T.binary_agg(value, sqltype), source))
+    row = (plpy.execute(plpy.prepare(query, ["text[]"]), [hierarchy.leaves]) if hierarchy is not None
+           else plpy.execute(query))[0]
+    n = int(row["n"])
+    if n == 0 or row["n_ec"] < n or row["n_sa"] < n:
+        return None
+    ec = T.decode_array(row["ec"], "int8", n)
+    values = T.decode_array(row["sa"], sqltype, n)
+    if kind == "hierarchical":
+        codes, m = values - 1, len(hierarchy.leaves)
+    else:
+        distinct, codes = np.unique(values, return_inverse=True)
+        codes, m = np.asarray(codes, dtype=np.int64).reshape(-1), len(distinct)
+    order = np.lexsort((codes, ec))
+    ec, codes = ec[order], codes[order]
+    starts = np.flatnonzero(np.concatenate(([True], (ec[1:] != ec[:-1]) | (codes[1:] != codes[:-1]))))
+    counts = np.diff(np.append(starts, n))
+    return _class_emds(kind, ec[starts], codes[starts], counts, m, hierarchy)
 
 
 def _check_complete(plpy, row, relation_qname: str, sa_name: str, hierarchy):
