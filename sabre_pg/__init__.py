@@ -1,3 +1,3 @@
 """sabre-pg: SABRE t-closeness anonymization inside PostgreSQL."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

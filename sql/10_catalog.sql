@@ -86,7 +86,7 @@ CREATE TABLE IF NOT EXISTS @schema@.runs (
 -- columns added after 0.1.0's first catalog: an upgrade adds them to an existing table
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relations text[] NOT NULL DEFAULT '{}';
 -- identity: the OIDs of the relations the run created and the token their COMMENT carries.
--- Rows recorded before 0.3.0 have neither, so no rerun replaces and no purge drops them.
+-- Rows recorded before 0.2.0 have neither, so no rerun replaces and no purge drops them.
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relation_oids oid[] NOT NULL DEFAULT '{}';
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS identity text;
 
