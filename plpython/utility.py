@@ -105,7 +105,7 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
                        "A numerical quasi-identifier is published as <qi>_lo and <qi>_hi, a categorical "
                        "one as <qi> (a hierarchy node), the sensitive attribute unchanged.")
         attrs.append(a)
-    S, O = src["qname"], out["qname"]
+    source_q, output_q = src["qname"], out["qname"]
     for i, a in enumerate(attrs):
         if a.numerical:
             continue
@@ -113,21 +113,21 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
             attrs[i] = replace(a, hierarchy=C.load_hierarchy(plpy, hier[a.name], 'for column "%s"' % a.name))
         else:
             vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
-                                "FROM %s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), S, C.qi(plpy, a.name)))[0]["vs"]
+                                "FROM %s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), source_q, C.qi(plpy, a.name)))[0]["vs"]
             if not vals:
-                C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, S),
+                C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, source_q),
                        "The column has only NULLs; choose another quasi-identifier.")
             attrs[i] = replace(a, hierarchy=Hierarchy.flat(vals, name=a.name))
 
-    D = Data()
-    D.attrs, D.qis, D.sa, D.opts, D.run = attrs, attrs[:-1], attrs[-1], opts, run
-    D.k = opts.get("k") or (run or {}).get("k")
-    D.src_vals = _read_columns(plpy, S, attrs, "source", leaves=True)
-    D.out_ec, D.out_vals = _read_output(plpy, O, attrs)
-    if len(D.src_vals[-1]) == 0:
-        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows" % S,
+    data = Data()
+    data.attrs, data.qis, data.sa, data.opts, data.run = attrs, attrs[:-1], attrs[-1], opts, run
+    data.k = opts.get("k") or (run or {}).get("k")
+    data.src_vals = _read_columns(plpy, source_q, attrs, "source", leaves=True)
+    data.out_ec, data.out_vals = _read_output(plpy, output_q, attrs)
+    if len(data.src_vals[-1]) == 0:
+        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows" % source_q,
                "Evaluate against the non-empty source the output was made from.")
-    return D
+    return data
 
 
 def _leaf_join(plpy, a, i, params, types, prefix):
@@ -141,7 +141,7 @@ def _exec(plpy, q, types, params):
     return plpy.execute(plpy.prepare(q, types), params)[0] if params else plpy.execute(q)[0]
 
 
-def _read_columns(plpy, S, attrs, what, leaves):
+def _read_columns(plpy, source_q, attrs, what, leaves):
     """Source columns as arrays: float8 for numerical, leaf positions for categorical."""
     sel, joins, params, types = [], [], [], []
     for i, a in enumerate(attrs):
@@ -151,7 +151,7 @@ def _read_columns(plpy, S, attrs, what, leaves):
             joins.append(_leaf_join(plpy, a, i, params, types, "s."))
             sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (i, i, i, i))
     where = " WHERE " + " AND ".join("s.%s IS NOT NULL" % C.qi(plpy, a.name) for a in attrs)
-    row = _exec(plpy, "SELECT %s FROM %s AS s %s%s" % (", ".join(sel), S, " ".join(joins), where), types, params)
+    row = _exec(plpy, "SELECT %s FROM %s AS s %s%s" % (", ".join(sel), source_q, " ".join(joins), where), types, params)
     out = []
     for i, a in enumerate(attrs):
         if not a.numerical and row["miss%d" % i]:
@@ -163,7 +163,7 @@ def _read_columns(plpy, S, attrs, what, leaves):
     return out
 
 
-def _read_output(plpy, O, attrs):
+def _read_output(plpy, output_q, attrs):
     """ec_id; per QI (lo, hi) floats or node ids; the SA as float8 or leaf positions."""
     sel, joins, params, types = ["array_agg(o.ec_id) AS ec"], [], [], []
     qis, sa = attrs[:-1], attrs[-1]
@@ -186,9 +186,9 @@ def _read_output(plpy, O, attrs):
     else:
         joins.append(_leaf_join(plpy, sa, j, params, types, "o."))
         sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (j, j, j, j))
-    row = _exec(plpy, "SELECT %s FROM %s AS o %s" % (", ".join(sel), O, " ".join(joins)), types, params)
+    row = _exec(plpy, "SELECT %s FROM %s AS o %s" % (", ".join(sel), output_q, " ".join(joins)), types, params)
     if row["ec"] is None:
-        C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % O,
+        C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % output_q,
                "Evaluate a sabre output (one row per source row) that is not empty.")
     vals = []
     for i, a in enumerate(attrs):
@@ -214,17 +214,17 @@ def _read_output(plpy, O, attrs):
     return np.asarray(ec, dtype=np.int64), vals
 
 
-def grid(plpy, D) -> W.Grid:
-    max_bins = D.opts.get("max_bins", W.DEFAULT_MAX_BINS)
+def grid(plpy, data) -> W.Grid:
+    max_bins = data.opts.get("max_bins", W.DEFAULT_MAX_BINS)
     sizes, src, lo, hi = [], [], [], []
-    for i, a in enumerate(D.attrs):
+    for i, a in enumerate(data.attrs):
         if a.numerical:
-            ax = W.NumericalAxis(D.src_vals[i], max_bins)
-            s_cells = ax.cells(D.src_vals[i])
-            if i < len(D.qis):
-                l, h = ax.box(*D.out_vals[i])
+            ax = W.NumericalAxis(data.src_vals[i], max_bins)
+            s_cells = ax.cells(data.src_vals[i])
+            if i < len(data.qis):
+                l, h = ax.box(*data.out_vals[i])
             else:
-                o = D.out_vals[i]
+                o = data.out_vals[i]
                 ok = np.isin(o, ax.domain)
                 if not ok.all():
                     C.fail(plpy, C.INVALID_PARAMETER, '%d values of the sensitive attribute "%s" in the output '
@@ -233,16 +233,16 @@ def grid(plpy, D) -> W.Grid:
                 l = h = ax.cells(o)
         else:
             ax = W.CategoricalAxis(a.hierarchy)
-            s_cells = D.src_vals[i]
-            if i < len(D.qis):
-                l, h = ax.box(D.out_vals[i])
+            s_cells = data.src_vals[i]
+            if i < len(data.qis):
+                l, h = ax.box(data.out_vals[i])
             else:
-                l = h = D.out_vals[i]
+                l = h = data.out_vals[i]
         sizes.append(ax.size)
         src.append(s_cells)
         lo.append(l)
         hi.append(h)
-    d = len(D.qis)
+    d = len(data.qis)
     try:
         return W.Grid(sizes[:d], sizes[d], np.column_stack(src[:d]), src[d],
                       np.column_stack(lo[:d]), np.column_stack(hi[:d]), lo[d])
@@ -254,18 +254,18 @@ def grid(plpy, D) -> W.Grid:
 # ----------------------------------------------------------------------------- entry points
 @E.entry_point
 def utility(plpy, output, source, quasi_identifiers, sensitive, options):
-    D = read(plpy, output, source, quasi_identifiers, sensitive, options)
+    data = read(plpy, output, source, quasi_identifiers, sensitive, options)
     ils = []
-    for i, a in enumerate(D.qis):
+    for i, a in enumerate(data.qis):
         if a.numerical:
-            v = D.src_vals[i]
-            lo, hi = D.out_vals[i]
+            v = data.src_vals[i]
+            lo, hi = data.out_vals[i]
             ils.append(metrics.il_numerical(NumericalRange(lo, hi), v.min(), v.max()))
         else:
-            ils.append(metrics.il_categorical(CategoricalNode(D.out_vals[i], a.hierarchy)))
-    weights = parse_weights(D.opts.get("weights") or (D.run or {}).get("options", {}).get("weights"),
-                            [a.name for a in D.qis])
-    u = W.output_utility(D.out_ec, ils, weights, D.k)
+            ils.append(metrics.il_categorical(CategoricalNode(data.out_vals[i], a.hierarchy)))
+    weights = parse_weights(data.opts.get("weights") or (data.run or {}).get("options", {}).get("weights"),
+                            [a.name for a in data.qis])
+    u = W.output_utility(data.out_ec, ils, weights, data.k)
     return [(u["rows"], u["classes"], u["ail"], u["discernibility"], u["aecs"], u["aecs_normalized"],
              u["min_class_size"], u["max_class_size"])]
 
@@ -279,28 +279,28 @@ def query_error(plpy, output, source, quasi_identifiers, sensitive, queries, dim
     if selectivity is None or selectivity != selectivity or not (0 < selectivity <= 1):
         C.fail(plpy, C.INVALID_PARAMETER, "selectivity (theta) must satisfy 0 < theta <= 1, got %s" % selectivity,
                "theta is the expected fraction of rows a query selects; the paper uses 0.1.")
-    D = read(plpy, output, source, quasi_identifiers, sensitive, options)
-    d = len(D.qis)
+    data = read(plpy, output, source, quasi_identifiers, sensitive, options)
+    d = len(data.qis)
     if dimensionality is None or not (1 <= dimensionality <= d):
         C.fail(plpy, C.INVALID_PARAMETER, "dimensionality (lambda) must be between 1 and %d, got %s"
                % (d, dimensionality), "lambda is the number of quasi-identifiers each query constrains.")
-    g = grid(plpy, D)
+    g = grid(plpy, data)
     r = W.median_relative_error(g, queries, dimensionality, selectivity, 1 if seed is None else seed,
-                                D.opts.get("max_cells", W.DEFAULT_MAX_CELLS))
+                                data.opts.get("max_cells", W.DEFAULT_MAX_CELLS))
     return [(r["median_relative_error"], r["mean_relative_error"], r["answered"], r["dropped"])]
 
 
 @E.entry_point
 def kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, options):
-    D = read(plpy, output, source, quasi_identifiers, sensitive, options)
-    d = len(D.qis)
+    data = read(plpy, output, source, quasi_identifiers, sensitive, options)
+    d = len(data.qis)
     if level is None or not (1 <= level <= d):
         C.fail(plpy, C.INVALID_PARAMETER, "level (mu) must be between 1 and %d, got %s" % (d, level),
                "The datacube of level mu groups by every combination of mu quasi-identifiers.")
-    g = grid(plpy, D)
+    g = grid(plpy, data)
     try:
-        r = W.kl_divergence(g, level, D.opts.get("max_cells", W.DEFAULT_MAX_CELLS))
+        r = W.kl_divergence(g, level, data.opts.get("max_cells", W.DEFAULT_MAX_CELLS))
     except ValueError as e:
         C.fail(plpy, C.INVALID_PARAMETER, str(e), "Lower the level or raise options.max_cells.")
-    names = [a.name for a in D.qis]
+    names = [a.name for a in data.qis]
     return [([names[j] for j in axes], float(v)) for axes, v in r["per_cuboid"].items()]
