@@ -33,12 +33,12 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                 output, options)
             hierarchies = scan.hierarchies(plpy, req)
-            encodings = {name: scan.encode(plpy, h) for name, h in hierarchies.items()}
+            encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             plan = _plan(req, summary)
-        if req.sa.name not in encodings and summary.hierarchy is not None:
-            encodings[req.sa.name] = scan.encode(plpy, summary.hierarchy)
+        if req.sa.name not in encodings and summary.text_codes() is not None:
+            encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
         clock.phases["summary"] -= sum(plan.phases.values())
         clock.merge(plan.phases)
         with clock.phase("read"):

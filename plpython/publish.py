@@ -345,18 +345,12 @@ def check_written(plpy, req, table, result, hierarchy):
             "its queries see one snapshot.")
     violations = written.violations(req.t, req.k)
     if violations:
-        precision = req.sa.numerical and req.sa.typname not in EXACT_TYPES
         raise E.source_changed(
             "%d class(es) of the output written violate t = %g or k = %d in exact arithmetic (max EMD %.6g, "
-            "smallest class %d): %s" % (
-                violations, req.t, req.k, written.max_emd, written.min_class_size,
-                "the engine reads a %s sensitive attribute as float8, which merged distinct values, or the "
-                "source changed while sabre read it" % req.sa.typname if precision else
-                "the source changed while sabre read it"),
-            ("Cast the sensitive attribute to float8 in a view (so the engine and the check see the same "
-             "values), or run again inside a REPEATABLE READ transaction." if precision else
-             "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
-             "its queries see one snapshot."))
+            "smallest class %d): the source changed while sabre read it" % (
+                violations, req.t, req.k, written.max_emd, written.min_class_size),
+            "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
+            "its queries see one snapshot.")
     return written
 
 

@@ -36,8 +36,10 @@ NONFINITE = "IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)"
 
 @dataclass(frozen=True)
 class Encoding:
-    """How a categorical attribute's values travel: its hierarchy's leaves as hashes."""
-    hierarchy: Hierarchy
+    """How a categorical attribute's values (or a ``numeric`` SA's) travel: as hashes of their
+    text, mapped to positions in ``leaves`` (a hierarchy's leaves, or the SA's distinct values
+    in order)."""
+    leaves: list
     seed: int                      # of hashtextextended
     leaf_hashes: np.ndarray        # low 32 bits of each leaf's hash, in leaf order
     check_hashes: np.ndarray       # the full 64-bit hashes
@@ -45,17 +47,24 @@ class Encoding:
 
 @dataclass(frozen=True)
 class SASummary:
-    """The SA's frequencies: ``counts`` per SA code; a numerical SA's codes index its sorted
-    ``distinct`` values, a categorical SA's codes are leaf positions of ``hierarchy``."""
+    """The SA's frequencies: ``counts`` per SA code.  A numerical SA's codes index its sorted
+    ``distinct`` values (int8 or float8), or for a ``numeric`` SA its distinct values' exact
+    text in numeric order (``ranks``); a categorical SA's codes are leaf positions of
+    ``hierarchy``."""
     rows: int
     counts: np.ndarray
     distinct: np.ndarray | None
     hierarchy: Hierarchy | None
+    ranks: list | None = None
 
     def domain(self) -> SADomain:
-        if self.distinct is not None:
-            return SADomain("numerical", m=len(self.distinct))
+        if self.hierarchy is None:
+            return SADomain("numerical", m=len(self.counts))
         return SADomain("categorical", hierarchy=self.hierarchy)
+
+    def text_codes(self) -> list | None:
+        """What the read maps hashed SA values to: leaves, or a numeric SA's ranks."""
+        return self.ranks if self.ranks is not None else (self.hierarchy.leaves if self.hierarchy else None)
 
 
 @dataclass(frozen=True)
@@ -66,17 +75,16 @@ class Scan:
     sa_codes: np.ndarray
 
 
-def encode(plpy, hierarchy: Hierarchy) -> Encoding:
+def encode(plpy, leaves: list) -> Encoding:
     """The leaves' hashes under the first seed that makes their low 32 bits distinct."""
     plan = plpy.prepare(
         "SELECT %s AS h FROM (SELECT v FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(v, i) "
         "ORDER BY i) AS u" % T.binary_agg(HASH.format(v="u.v", seed="$2"), "int8"), ["text[]", "int8"])
-    leaves = hierarchy.leaves
     for seed in range(64):
         full = T.decode_array(plpy.execute(plan, [leaves, seed])[0]["h"], "int8", len(leaves))
         low = full & LOW32
         if len(np.unique(low)) == len(low):
-            return Encoding(hierarchy, seed, low, full)
+            return Encoding(list(leaves), seed, low, full)
     raise E.SabreError(E.INTERNAL, "cannot find distinct 32-bit hashes for the %d leaves of a hierarchy"
                        % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
 
@@ -108,6 +116,8 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None) -> SASummary:
     """
     sa, source, where = req.sa, req.source["qname"], req.row_filter()
     c = "s." + C.ident(sa.name)
+    if sa.numerical and sa.typname == "numeric":
+        return _numeric_summary(plpy, req, c)
     if sa.numerical:
         integer = sa.typname in C.INTEGER_TYPES
         vtype = "int8" if integer else "float8"
@@ -135,12 +145,36 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None) -> SASummary:
         if hierarchy is None and r["vs"]:           # no hierarchy named: the flat one
             hierarchy = Hierarchy.flat(r["vs"], name=sa.name)
         counts, distinct = _leaf_counts(sa, hierarchy, r["vs"] or [], r["ns"] or []), None
+    _check_rows(plpy, req, r)
+    return SASummary(int(r["total"]), counts, distinct, hierarchy)
+
+
+def _numeric_summary(plpy, req, column) -> SASummary:
+    """A ``numeric`` SA, exactly: its distinct values in numeric order (their canonical text,
+    ``trim_scale``, is what the read hashes), so no two values merge as they would in float8."""
+    source, where = req.source["qname"], req.row_filter()
+    r = plpy.execute(
+        "SELECT COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IS NULL), 0) AS nulls, "
+        "COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
+        "COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IN ('NaN'::numeric, 'Infinity'::numeric, "
+        "'-Infinity'::numeric)), 0) AS bad, "
+        "pg_catalog.array_agg(pg_catalog.trim_scale(g.v)::text ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS vs, "
+        "pg_catalog.array_agg(g.n ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns "
+        "FROM (SELECT %s AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (column, source, where))[0]
+    if r["bad"]:
+        raise nonfinite_error([(req.sa.name, r["bad"])])
+    _check_rows(plpy, req, r)
+    return SASummary(int(r["total"]), np.asarray(r["ns"] or [], dtype=np.int64), None, None, list(r["vs"] or []))
+
+
+def _check_rows(plpy, req, r):
+    """The NULL error (options.nulls = 'error') and the no-rows error of the SA summary."""
+    source, where = req.source["qname"], req.row_filter()
     if r["nulls"] and req.options.nulls == "error":
         raise null_error(req.attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
             ", ".join("count(s.%s) AS c%d" % (C.ident(a.name), i) for i, a in enumerate(req.attrs)), source))[0])
     if r["total"] == 0:
         raise no_rows(source, where)
-    return SASummary(int(r["total"]), counts, distinct, hierarchy)
 
 
 def _leaf_counts(sa, hierarchy, values, counts) -> np.ndarray:
@@ -189,8 +223,9 @@ class ReadPlan:
         column, alias = "s." + C.ident(a.name), "s.a%d" % i
         if not a.col["notnull"]:
             select.append("count(%s) AS c%d" % (alias, i))
-        if not a.numerical:
-            inner.append("%s AS a%d" % (HASH.format(v=column, seed=self.encodings[a.name].seed), i))
+        if a.name in self.encodings:           # categorical, or a numeric SA (its exact text)
+            text = "pg_catalog.trim_scale(%s)" % column if a.numerical else column
+            inner.append("%s AS a%d" % (HASH.format(v=text, seed=self.encodings[a.name].seed), i))
             halves.append((i, "(%s & %d)" % (alias, LOW32)))
             select.append("sum((%s >> 32)::int4) AS h%d" % (alias, i))
         elif a.typname in ("int2", "int4"):
@@ -233,7 +268,7 @@ class ReadPlan:
         for i, a in enumerate(req.attrs):
             if self.binary[i] is not None:
                 data[i] = T.decode_array(row.pop("a%d" % i), self.binary[i], n)
-            elif not a.numerical:
+            elif a.name in self.encodings:
                 data[i], ok = self._leaf_positions(data[i], row["h%d" % i], self.encodings[a.name])
                 if not ok:
                     missing.append(a)
@@ -257,7 +292,9 @@ def read(plpy, req, encodings: dict, summary: SASummary) -> Scan:
     plan = ReadPlan(req, encodings)
     n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
     for a in missing:
-        raise missing_values(plpy, req, a, encodings[a.name].hierarchy)
+        if a is req.sa and a.numerical:            # a numeric SA value the summary did not have
+            raise source_changed(req.source["qname"], "a value of the SA was not in the summary")
+        raise missing_values(plpy, req, a, encodings[a.name].leaves)
     if not req.key.unique:
         distinct = len(np.unique(keys)) if req.key.integer else len(set(keys))
         if distinct < n:
@@ -301,13 +338,13 @@ def null_error(attrs, row):
         "exclude those rows explicitly.")
 
 
-def missing_values(plpy, req, a, hierarchy):
+def missing_values(plpy, req, a, leaves):
     """The error for values of a categorical column that are not hierarchy leaves."""
     miss = plpy.execute(plpy.prepare(
         "SELECT v, count(*) OVER () AS m FROM (SELECT DISTINCT s.%s::text AS v FROM %s AS s%s) d "
         "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (C.ident(a.name), req.source["qname"],
                                                           req.row_filter()), ["text[]"]),
-        [hierarchy.leaves])
+        [leaves])
     if not len(miss):
         return E.SabreError(E.INTERNAL, 'inconsistent read of column "%s"' % a.name,
                             "Run again; if it persists, report it.")

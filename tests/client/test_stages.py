@@ -124,7 +124,7 @@ def test_missing_output_schema():
 # ---------------------------------------------------------------------------- scan
 def _encoding(leaves, low, high):
     low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
-    return S.Encoding(Hierarchy.flat(leaves), 0, low, (high << 32) | low)
+    return S.Encoding(list(leaves), 0, low, (high << 32) | low)
 
 
 def test_a_value_sharing_a_leafs_low_32_bits_is_caught():

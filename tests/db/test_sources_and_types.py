@@ -195,3 +195,21 @@ def test_interval_of_a_year_lies_in_its_range(pg_conn):
     assert scalar(pg_conn, "SELECT count(*) FROM spans_out o JOIN spans s USING (id) "
                            "WHERE NOT s.dur BETWEEN o.dur_lo AND o.dur_hi") == 0
     check_exact_generalization(pg_conn, "public.spans_out", "public.spans")
+
+
+def test_numeric_sa_is_read_exactly(pg_conn):
+    """A numeric SA whose values differ beyond float8's 15-16 digits: the engine sees 20
+    distinct values (not one), so its classes are t-close in exact arithmetic, and the run's
+    max EMD is the verifier's.  1.0 and 1.00 are one value (numeric equality)."""
+    pg_conn.execute("CREATE TABLE big_sa AS SELECT i AS id, i % 97 AS age, "
+                    "CASE WHEN i % 20 = 0 THEN 1e20::numeric(40, 2) ELSE 1e20::numeric + (i % 20) END AS sal "
+                    "FROM generate_series(1, 4000) i; ALTER TABLE big_sa ADD PRIMARY KEY (id)")
+    res = anonymize(pg_conn, "public.big_sa", ["age"], "sal", 0.1, 5, "ak", "public.big_sa_out", {})
+    v = verify(pg_conn, "public.big_sa_out", "sal", 0.1, 5)
+    assert v["violations"] == 0 and v["classes"] == res["classes"]
+    assert v["max_emd"] == pytest.approx(res["max_emd"], abs=1e-12) and res["max_emd"] > 0
+    buckets = scalar(pg_conn, "SELECT buckets FROM sabre.runs WHERE run_id = %s", (res["run_id"],))
+    assert buckets > 1                      # 20 values, not one merged value
+    assert scalar(pg_conn, "SELECT count(*) FROM big_sa_out o WHERE o.sal IS NULL") == 0
+    assert scalar(pg_conn, "SELECT (SELECT array_agg(sal ORDER BY sal) FROM big_sa) = "
+                           "(SELECT array_agg(sal ORDER BY sal) FROM big_sa_out)")
