@@ -124,16 +124,39 @@ def _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind):
         return None
     ec = T.decode_array(row["ec"], "int8", n)
     values = T.decode_array(row["sa"], sqltype, n)
-    if kind == "hierarchical":
-        codes, m = values - 1, len(hierarchy.leaves)
-    else:
-        distinct, codes = np.unique(values, return_inverse=True)
-        codes, m = np.asarray(codes, dtype=np.int64).reshape(-1), len(distinct)
+    codes, m = (values - 1, len(hierarchy.leaves)) if kind == "hierarchical" else ranks(values)
+    return _class_emds(kind, *groups(ec, codes, m), m, hierarchy)
+
+
+def ranks(values):
+    """(dense rank of each value from 0, number of distinct values); integers of a short range
+    by a presence table (linear time), others by sorting."""
+    if len(values) and values.dtype.kind == "i":
+        low = int(values.min())
+        span = int(values.max()) - low + 1
+        if span <= 4 * len(values) + 1024:
+            shifted = values - low
+            present = np.zeros(span, dtype=bool)
+            present[shifted] = True
+            rank = np.cumsum(present) - 1
+            return rank[shifted], int(rank[-1]) + 1
+    distinct, codes = np.unique(values, return_inverse=True)
+    return np.asarray(codes, dtype=np.int64).reshape(-1), len(distinct)
+
+
+def groups(ec, codes, m):
+    """The distinct (class, code) pairs of the rows with their counts, ordered by class then
+    code: by counting when classes x codes is small, else by sorting."""
+    low = int(ec.min())
+    span = int(ec.max()) - low + 1
+    if span * m <= max(8 * len(ec), 1 << 22):
+        counts = np.bincount((ec - low) * m + codes, minlength=span * m)
+        keys = np.flatnonzero(counts)
+        return keys // m + low, keys % m, counts[keys]
     order = np.lexsort((codes, ec))
     ec, codes = ec[order], codes[order]
     starts = np.flatnonzero(np.concatenate(([True], (ec[1:] != ec[:-1]) | (codes[1:] != codes[:-1]))))
-    counts = np.diff(np.append(starts, n))
-    return _class_emds(kind, ec[starts], codes[starts], counts, m, hierarchy)
+    return ec[starts], codes[starts], np.diff(np.append(starts, len(ec)))
 
 
 def _check_complete(plpy, row, relation_qname: str, sa_name: str, hierarchy):

@@ -248,3 +248,25 @@ def test_every_internal_call_in_the_generated_sql_is_qualified():
         for word in ("pg_depend", "pg_class", "pg_rewrite", "aclexplode", "random()"):
             if word in sql:
                 assert "pg_catalog." + word in sql
+
+
+# ---------------------------------------------------------------------------- closeness
+@pytest.mark.parametrize("values", [np.array([5, -3, 5, 2**40, 7, -3]), np.array([0.5, -1.0, 0.5, 2.0]),
+                                    np.arange(10) * 3, np.array([2**62, 2**62 + 1, 2**62])])
+def test_ranks_are_dense_ranks(values):
+    K = sabre_plpy("closeness")
+    codes, m = K.ranks(values)
+    distinct, expected = np.unique(values, return_inverse=True)
+    assert codes.tolist() == expected.reshape(-1).tolist() and m == len(distinct)
+
+
+@pytest.mark.parametrize("spread", [10, 10 ** 12])          # counting, and sorting for a wide range of ids
+def test_groups_count_class_code_pairs(spread):
+    K = sabre_plpy("closeness")
+    rng = np.random.default_rng(3)
+    ec = rng.integers(0, 40, 5000) * spread - 7
+    codes = rng.integers(0, 9, 5000)
+    got = K.groups(ec, codes, 9)
+    pairs, counts = np.unique(np.stack([ec, codes]), axis=1, return_counts=True)
+    assert got[0].tolist() == pairs[0].tolist() and got[1].tolist() == pairs[1].tolist()
+    assert got[2].tolist() == counts.tolist()
