@@ -189,8 +189,8 @@ def categorical_counts(stats: ColumnStatistics, rows: int, hierarchy: Hierarchy 
 class Estimate:
     """One row of sabre_estimate."""
     t: float
-    buckets: int
-    u: float
+    buckets: int | None            # None (with u, ec_size) when k cannot be met: no plan
+    u: float | None
     ec_size: float | None          # rows per class (mean of the EC-size tree's leaves)
     classes: int
     feasible: bool
@@ -235,9 +235,8 @@ def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int) -> Es
     rows = int(counts.sum())
     try:
         check_k(k, rows)
-    except ValueError:
-        plan = plan_from_counts(counts, domain, t, 1, lookahead)
-        return Estimate(t, plan.buckets.n_buckets, plan.buckets.U, None, 0, False,
+    except ValueError:              # sabre_anonymize would stop here, before bucketization
+        return Estimate(t, None, None, None, 0, False,
                         "k = %d exceeds the %d rows estimated: no t meets it; choose k <= %d."
                         % (k, rows, rows), None, time.perf_counter() - start)
     plan = plan_from_counts(counts, domain, t, k, lookahead)

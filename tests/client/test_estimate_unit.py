@@ -119,7 +119,7 @@ def test_estimate_t_uses_the_core_plan_and_flags_k_beyond_the_rows():
     assert (e.buckets, e.classes, e.feasible) == (plan.buckets.n_buckets, plan.plan.n_classes, True)
     assert e.ec_size == pytest.approx(200 / plan.plan.n_classes)
     bad = est.estimate_t(counts, domain, 0.3, 201, 4)
-    assert (bad.feasible, bad.classes, bad.ec_size) == (False, 0, None) and "k <= 200" in bad.hint
+    assert (bad.feasible, bad.classes, bad.buckets, bad.ec_size) == (False, 0, None, None) and "k <= 200" in bad.hint
 
 
 def test_t_values_checks_each_element_with_the_core_rule():

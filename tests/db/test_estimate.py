@@ -116,7 +116,8 @@ def test_options_analyze_runs_analyze_and_says_so(pg_conn, fresh):
 def test_k_beyond_the_rows_is_infeasible_at_every_t(pg_conn, census):
     rows = estimate(pg_conn, "census", QIS, "salary", TS, k=20001)
     for r in rows:
-        assert (r["feasible"], r["classes"], r["ec_size"], r["hint_t"]) == (False, 0, None, None)
+        assert (r["feasible"], r["classes"], r["buckets"], r["u"], r["ec_size"], r["hint_t"]) == \
+            (False, 0, None, None, None, None)
         assert "exceeds the 20000 rows estimated" in r["hint"] and "k <= 20000" in r["hint"]
     assert all(r["feasible"] for r in estimate(pg_conn, "census", QIS, "salary", TS, k=20000))
 
