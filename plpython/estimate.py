@@ -295,7 +295,7 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
                    for a in qis + [sa] if a.hierarchy_name is not None}
     needed = [sa] + (qis if opts.nulls == "drop" else [])
     if analyze:
-        plpy.execute("ANALYZE %s (%s)" % (src["qname"], ", ".join(C.ident(a.name) for a in needed)))
+        run_analyze(plpy, src, needed)
     stats, analyzed = read_statistics(plpy, src, needed, analyze)
     rows = estimated_rows(stats, sa, qis if opts.nulls == "drop" else [])
     if rows < 1:
@@ -340,6 +340,21 @@ def check_privileges(plpy, src, attrs):
             "for SELECT on them.")
 
 
+def run_analyze(plpy, src, attrs):
+    """``ANALYZE source (columns)``, which PostgreSQL lets only the table's owner, the
+    database's owner or a superuser run (for anyone else it skips the table with a warning,
+    so the check comes first: the estimate must not claim fresh statistics)."""
+    allowed = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') OR (NOT c.relisshared AND pg_catalog.pg_has_role("
+        "(SELECT d.datdba FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()), "
+        "'USAGE')) AS ok FROM pg_catalog.pg_class AS c WHERE c.oid = $1", ["oid"]), [src["oid"]])[0]["ok"]
+    if not allowed:
+        raise E.insufficient_privilege(
+            "options.analyze: only the owner of %s can ANALYZE it" % src["qname"],
+            "Ask its owner to run ANALYZE, or call without options.analyze to use the statistics it has.")
+    plpy.execute("ANALYZE %s (%s)" % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
+
+
 STATISTICS_SQL = (
     "SELECT DISTINCT ON (s.attname) s.attname::pg_catalog.text AS name, s.null_frac::pg_catalog.float8 AS null_frac, "
     "s.n_distinct::pg_catalog.float8 AS n_distinct, s.most_common_vals::pg_catalog.text AS mcv, "
@@ -360,12 +375,12 @@ def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
     found = {r["name"]: r for r in plpy.execute(plpy.prepare(STATISTICS_SQL, ["name", "name", "text[]"]), [
         src["nspname"], src["relname"], [a.name for a in attrs]])}
     missing = [a.name for a in attrs if a.name not in found]
+    if rel["reltuples"] == 0 and (missing or analyzed_now):
+        raise scan.no_rows(src["qname"], False)
     if missing or rel["reltuples"] < 0:
         raise E.not_in_prerequisite_state(
-            "%s has no statistics for %s%s" % (src["qname"], ", ".join('"%s"' % m for m in missing) or "its rows",
-                                               " after ANALYZE" if analyzed_now else ""),
-            "Only the table's owner (or a superuser) can ANALYZE it; ask them to." if analyzed_now
-            else NO_STATISTICS_HINT % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
+            "%s has no statistics for %s" % (src["qname"], ", ".join('"%s"' % m for m in missing) or "its rows"),
+            NO_STATISTICS_HINT % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
     stats = {}
     for a in attrs:
         r = found[a.name]

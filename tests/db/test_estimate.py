@@ -113,6 +113,25 @@ def test_options_analyze_runs_analyze_and_says_so(pg_conn, fresh):
     assert r["classes"] == run["classes"]
 
 
+def test_an_empty_table_has_no_rows_to_estimate(pg_conn, fresh):
+    pg_conn.execute("DELETE FROM fresh")
+    expect_error(pg_conn, lambda c: estimate(c, "fresh", QIS, "salary", 0.3, options={"analyze": True}),
+                 "22023", "has no rows", source="fresh")
+
+
+def test_partitioned_source_uses_the_statistics_of_the_whole_tree(pg_conn):
+    pg_conn.execute("CREATE TABLE parted (id int PRIMARY KEY, age int, sex int, education int, salary int) "
+                    "PARTITION BY RANGE (id)")
+    pg_conn.execute("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (5000)")
+    pg_conn.execute("CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (5000) TO (20000)")
+    pg_conn.execute("INSERT INTO parted SELECT g, 18 + g % 61, g % 2, 1 + g % 16, "
+                    "1 + (g * 7919) % 37 FROM generate_series(1, 12000) g")
+    pg_conn.execute("ANALYZE parted")
+    (r,) = estimate(pg_conn, "parted", QIS, "salary", 0.2)
+    assert "12000 rows estimated" in r["source_of_stats"]
+    assert r["classes"] == anonymize(pg_conn, "parted", QIS, "salary", 0.2, K)["classes"]
+
+
 def test_k_beyond_the_rows_is_infeasible_at_every_t(pg_conn, census):
     rows = estimate(pg_conn, "census", QIS, "salary", TS, k=20001)
     for r in rows:
@@ -198,6 +217,9 @@ def test_a_role_that_cannot_read_the_source_gets_an_error(pg_conn, pg_connect, c
         (r,) = estimate(reader, "census", QIS, "salary", 0.3)
         (dba,) = estimate(pg_conn, "census", QIS, "salary", 0.3)
         assert r["classes"] == dba["classes"]
+        e = expect_error(reader, lambda c: estimate(c, "census", QIS, "salary", 0.3, options={"analyze": True}),
+                         "42501", "only the owner of public.census can ANALYZE it", source=None)
+        assert "without options.analyze" in e.diag.message_hint
         reader.close()
     finally:
         pg_conn.execute("DROP OWNED BY est_reader")
