@@ -134,8 +134,9 @@ def compare(name, n, estimated, samples, actual) -> list:
     print(f"   sabre_estimate, 4 t: {1000 * min(walls):.1f} ms fastest, {1000 * statistics.median(walls):.1f} ms "
           f"median of {len(walls)}; one t: {1000 * min(estimated['single']):.1f} ms fastest "
           f"(session cold start before them {estimated['cold']:.2f} s)")
-    print(f"   of which statistics and model (k beyond the rows: no plan) {1000 * min(estimated['statistics_only']):.1f}"
-          f" ms; 4 t with options.lookahead = 0 (the paper's bucketization rule) {1000 * min(estimated['paper']):.1f} ms")
+    print(f"   of which statistics and model (k beyond the rows: no plan) "
+          f"{1000 * min(estimated['statistics_only']):.1f} ms; 4 t with options.lookahead = 0 "
+          f"(the paper's bucketization rule) {1000 * min(estimated['paper']):.1f} ms")
     results = []
     for i, (t, real_buckets, real_classes) in enumerate(actual):
         buckets = [rows[i][1] for rows in samples]

@@ -115,8 +115,9 @@ def histogram_mass(bounds, rest: float, others: int, mcv_values, integer: bool) 
     Each of the H buckets holds ``rest / H`` of the rows.  The bounds are values of the column;
     the ``others`` distinct values beyond the bounds are spread equally over the buckets (for an
     integer type, at most the integers strictly inside a bucket that are no MCV; the excess goes
-    to the other buckets: :func:`fill`), evenly spaced inside it; a bucket's share is spread uniformly over its points, its two bounds counting
-    half each (a bound is shared with the neighbouring bucket)."""
+    to the other buckets: :func:`fill`), evenly spaced inside it; a bucket's share is spread
+    uniformly over its points, its two bounds counting half each (a bound is shared with the
+    neighbouring bucket)."""
     b = np.asarray(bounds, dtype=np.float64)
     h = len(b) - 1
     room = None
