@@ -207,9 +207,10 @@ class Estimate:
 def smallest_t(meets, start: float, stop: float = 1.0, step: float = HINT_STEP,
                tolerance: float = HINT_TOLERANCE) -> float | None:
     """The smallest t in (start, stop] with ``meets(t)``, ``meets(start)`` being false: the
-    first grid point from ``start`` in steps of ``step`` that meets it, then bisection between
-    it and the grid point before to ``tolerance``; the t returned always meets it (None:
-    nothing up to ``stop`` does)."""
+    first grid point from ``start`` in steps of ``step`` that meets it, then bisection on the
+    multiples of ``tolerance`` between it and the grid point before.  The t returned was
+    itself checked to meet it (None: nothing up to ``stop`` does); it is a multiple of
+    ``tolerance`` unless the rounded value does not meet it."""
     low = start
     while True:
         high = min(low + step, stop)
@@ -218,13 +219,17 @@ def smallest_t(meets, start: float, stop: float = 1.0, step: float = HINT_STEP,
         if high >= stop:
             return None
         low = high
-    while high - low > tolerance:
-        middle = (low + high) / 2
-        if meets(middle):
-            high = middle
+    lowest, highest = int(np.floor(low / tolerance)), int(np.ceil(high / tolerance))
+    at = lambda i: min(round(i * tolerance, 10), stop)      # noqa: E731
+    if not meets(at(highest)):
+        return high
+    while highest - lowest > 1:
+        middle = (lowest + highest) // 2
+        if meets(at(middle)):
+            highest = middle
         else:
-            low = middle
-    return high
+            lowest = middle
+    return at(highest)
 
 
 def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int) -> Estimate:
@@ -286,8 +291,9 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
                                "true returns the curve of classes over t and marks its knee.")
     src = C.resolve_relation(plpy, source)
     if src["relkind"] not in STATISTICS_RELKINDS:
-        raise E.invalid_parameter("%s is a view: PostgreSQL keeps no statistics for it" % src["qname"],
-                                  "Estimate on the table it reads, or run sabre_anonymize.")
+        raise E.invalid_parameter("%s is %s: PostgreSQL keeps no statistics for it" % (
+            src["qname"], "a view" if src["relkind"] == "v" else "not a table"),
+            "Estimate on the table it reads, or run sabre_anonymize.")
     columns = C.columns(plpy, src["oid"])
     qis, sa = request.attributes(columns, quasi_identifiers, sensitive, given.get("hierarchies"))
     opts = request.parse_options(given, columns, qis)

@@ -95,8 +95,10 @@ def test_categorical_without_hierarchy_is_flat_over_mcvs_and_unseen_values():
 
 
 def test_smallest_t_meets_the_predicate_within_the_tolerance():
-    found = est.smallest_t(lambda t: t >= 0.2371, 0.01)
-    assert 0.2371 <= found <= 0.2371 + est.HINT_TOLERANCE
+    found = est.smallest_t(lambda t: t >= 0.23714, 0.01)
+    assert found == 0.2372                                       # a multiple of the tolerance
+    calls = []
+    assert est.smallest_t(lambda t: calls.append(t) or t >= 0.5, 0.3) == 0.5 and min(calls) > 0.3
     assert est.smallest_t(lambda t: False, 0.5) is None
     assert est.smallest_t(lambda t: t >= 1.0, 0.99) == 1.0
 
