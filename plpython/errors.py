@@ -24,6 +24,7 @@ NAME_TOO_LONG = "42622"
 INSUFFICIENT_PRIVILEGE = "42501"
 DEPENDENT_OBJECTS = "2BP01"
 LOCK_NOT_AVAILABLE = "55P03"
+NOT_IN_PREREQUISITE_STATE = "55000"
 SERIALIZATION_FAILURE = "40001"
 INTERNAL = "XX000"
 
@@ -55,6 +56,7 @@ name_too_long = _kind(NAME_TOO_LONG)
 insufficient_privilege = _kind(INSUFFICIENT_PRIVILEGE)
 dependent_objects = _kind(DEPENDENT_OBJECTS)
 lock_not_available = _kind(LOCK_NOT_AVAILABLE)
+not_in_prerequisite_state = _kind(NOT_IN_PREREQUISITE_STATE)
 source_changed = _kind(SERIALIZATION_FAILURE)
 
 

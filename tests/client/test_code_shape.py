@@ -28,7 +28,8 @@ def test_entry_points_report_stage_errors():
     """Every function the SQL wrappers call runs inside errors.entry_point, so a SabreError
     raised by a stage always reaches the caller as SQLSTATE + message + HINT."""
     called = {("anonymize", "run"), ("verify", "run"), ("hierarchies", "define"), ("hierarchies", "drop"),
-              ("utility", "utility"), ("utility", "query_error"), ("utility", "kl_divergence")}
+              ("utility", "utility"), ("utility", "query_error"), ("utility", "kl_divergence"),
+              ("estimate", "estimate")}
     for module, name in called:
         tree = ast.parse((REPO / "plpython" / (module + ".py")).read_text(encoding="utf-8"))
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)

@@ -170,6 +170,10 @@ def test_planted_overloads_and_operators_never_run_as_the_caller(roles, path):
         "SELECT sabre_query_error('public.census_sabre', 'public.census', queries => 50)",
         "SELECT sabre_kl_divergence('public.census_sabre', 'public.census')",
         "SELECT sabre_version(), sabre_selftest()",
+        "SELECT * FROM sabre_estimate('public.census'::regclass, ARRAY['age','sex','edu'], 'salary', "
+        "ARRAY[0.2, 0.4], 4, '{\"analyze\": true, \"suggest\": true, \"hierarchies\": {\"edu\": \"edu_h\"}}')",
+        "SELECT * FROM sabre_estimate('public.wide'::regclass, ARRAY['d','v'], 't', 0.5, 3, '{\"analyze\": true}')",
+        "SELECT * FROM sabre_estimate('public.wide'::regclass, ARRAY['t','v'], 's', 0.5, 3, '{\"analyze\": true}')",
         "SELECT sabre_drop_hierarchy('no_such_h')",
     ]
     for call in calls:

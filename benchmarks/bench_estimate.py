@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Accuracy and speed of ``sabre_estimate`` against actual ``sabre_anonymize`` runs.
+
+For each dataset:
+
+1. ``sabre_anonymize`` (SABRE-AK) runs at t = 0.15, 0.25, 0.35, 0.45 with k = 6; its classes
+   and buckets (``sabre.runs``) are what the estimates are compared with;
+2. ``--samples`` times (default 10): ``ANALYZE`` (default statistics target; each draws a new
+   sample of 300 x target rows) and ``sabre_estimate`` at those t.  Per t: how many samples
+   give the run's bucket count exactly, and the median and largest relative error of the
+   classes (target: within 10%).  ``--statistics-target N`` sets the SA column's target
+   meanwhile (restored afterwards) to show what a larger sample buys;
+3. in a fresh connection, after one ``sabre_selftest()`` (the session's cold start, reported
+   apart), ``sabre_estimate`` for t = 0.15, 0.25, 0.35, 0.45 and k = 6 is called
+   ``--repeat`` times; the client's wall time of each call is reported (fastest and median),
+   with a single-t call, a call with ``options.lookahead = 0`` (the paper's bucketization
+   rule) and a call with k beyond the rows (statistics and model only: no plan is computed)
+   timed the same way.
+
+Datasets: the census-like table ``public.bench_census_<rows>`` for each size in ``--rows``
+(default 100000,1000000; generated like benchmarks/bench_db.py, all 7 QIs, SA salary with
+50 values, which fit the statistics target: the MCV list is complete), and Adult
+(``--adult DIR``, default /work/shared/data/adult: loaded with ``sabre_pg.arx.load_arx``
+when ``public.adult`` is missing; SA occupation with its ARX hierarchy).
+
+    python benchmarks/bench_estimate.py [--dsn CONNINFO] [--rows 100000,1000000] [--adult DIR]
+                                        [--repeat 5] [--samples 10]
+                                        [--statistics-target N] [--json out.json]
+
+Without ``--dsn`` the connection is resolved like the CLI's ($DATABASE_URL, PG*, else the
+embedded cluster, started on demand).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from bench_db import ensure_table  # noqa: E402  (also puts the repository on sys.path)
+from sabre_pg.arx import load_arx  # noqa: E402
+from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
+from sabre_pg.connect import resolve_dsn  # noqa: E402
+
+TS = [0.15, 0.25, 0.35, 0.45]
+K = 6
+CLASSES_TARGET = 0.10
+ADULT_QIS = ["age", "sex", "race", "marital-status", "education", "native-country", "workclass"]
+ADULT_SA = "occupation"
+
+
+def adult_table(dsn: str, directory: Path, schema: str) -> tuple[str, dict]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('public.adult')").fetchone()[0] is None:
+            load_arx(conn, directory / "adult.csv", table="adult", sabre_schema=schema)
+        names = [r[0] for r in conn.execute(sql.SQL("SELECT name FROM {}.hierarchies WHERE name LIKE 'adult\\_%%'")
+                                            .format(sql.Identifier(schema))).fetchall()]
+    return "adult", {n[len("adult_"):]: n for n in names}
+
+
+def call_estimate(conn, schema, table, qis, sa, t, options, k=K) -> tuple[list, float]:
+    started = time.perf_counter()
+    rows = conn.execute(
+        sql.SQL("SELECT t, buckets, classes, ec_size, seconds FROM {}.sabre_estimate(source => %s::regclass, "
+                "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
+        .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, k, json.dumps(options))).fetchall()
+    return rows, time.perf_counter() - started
+
+
+def time_estimate(dsn, schema, table, qis, sa, options, repeat) -> dict:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        started = time.perf_counter()
+        conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(sql.Identifier(schema)))
+        cold = time.perf_counter() - started
+        walls, single, paper, statistics_only = [], [], [], []
+        for _ in range(max(1, repeat)):
+            rows, wall = call_estimate(conn, schema, table, qis, sa, TS, options)
+            walls.append(wall)
+            single.append(call_estimate(conn, schema, table, qis, sa, TS[-1], options)[1])
+            paper.append(call_estimate(conn, schema, table, qis, sa, TS, dict(options, lookahead=0))[1])
+            # k beyond any table: every row is infeasible, so no plan is computed
+            statistics_only.append(call_estimate(conn, schema, table, qis, sa, TS, options, 2 ** 31 - 1)[1])
+        stats = conn.execute("SELECT array_length(most_common_vals::text::text[], 1), "
+                             "histogram_bounds IS NULL FROM pg_stats WHERE tablename = %s AND attname = %s",
+                             (table, sa)).fetchone()
+    return {"rows": rows, "walls": walls, "single": single, "paper": paper, "statistics_only": statistics_only,
+            "cold": cold, "mcv": stats[0],
+            "complete": stats[1]}
+
+
+def actual_runs(dsn, schema, table, qis, sa, options) -> list:
+    out = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t in TS:
+            run_id, classes = conn.execute(
+                sql.SQL("SELECT run_id, classes FROM {}.sabre_anonymize(source => %s::regclass, "
+                        "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
+                .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, K, json.dumps(options))).fetchone()
+            buckets = conn.execute(sql.SQL("SELECT buckets FROM {}.runs WHERE run_id = %s")
+                                   .format(sql.Identifier(schema)), (run_id,)).fetchone()[0]
+            out.append((t, buckets, classes))
+    return out
+
+
+def sample_estimates(dsn, schema, table, qis, sa, options, samples, target) -> list:
+    """One sabre_estimate call after each of ``samples`` ANALYZEs (each draws a new sample),
+    with the SA column's statistics target set to ``target`` meanwhile (-1: the default)."""
+    out = []
+    relation = sql.SQL("public.{}").format(sql.Identifier(table))
+    set_target = sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STATISTICS {}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(set_target.format(relation, sql.Identifier(sa), sql.Literal(target)))
+        try:
+            for _ in range(max(1, samples)):
+                conn.execute(sql.SQL("ANALYZE {}").format(relation))
+                out.append(call_estimate(conn, schema, table, qis, sa, TS, options)[0])
+        finally:
+            conn.execute(set_target.format(relation, sql.Identifier(sa), sql.Literal(-1)))
+            conn.execute(sql.SQL("ANALYZE {}").format(relation))
+    return out
+
+
+def compare(name, n, estimated, samples, actual) -> list:
+    walls = estimated["walls"]
+    print(f"== {name}: {n:,} rows; SA statistics (default target): {estimated['mcv']} most common values, "
+          f"{'no histogram (MCV list complete)' if estimated['complete'] else 'and a histogram'}")
+    print(f"   sabre_estimate, 4 t: {1000 * min(walls):.1f} ms fastest, {1000 * statistics.median(walls):.1f} ms "
+          f"median of {len(walls)}; one t: {1000 * min(estimated['single']):.1f} ms fastest "
+          f"(session cold start before them {estimated['cold']:.2f} s)")
+    print(f"   of which statistics and model (k beyond the rows: no plan) "
+          f"{1000 * min(estimated['statistics_only']):.1f} ms; 4 t with options.lookahead = 0 "
+          f"(the paper's bucketization rule) {1000 * min(estimated['paper']):.1f} ms")
+    results = []
+    for i, (t, real_buckets, real_classes) in enumerate(actual):
+        buckets = [rows[i][1] for rows in samples]
+        errors = [abs(rows[i][2] - real_classes) / real_classes for rows in samples]
+        exact = sum(b == real_buckets for b in buckets)
+        within = sum(e <= CLASSES_TARGET for e in errors)
+        results.append({"t": t, "actual_buckets": real_buckets, "actual_classes": real_classes,
+                        "buckets": buckets, "classes": [rows[i][2] for rows in samples], "classes_error": errors})
+        print(f"   t {t:.2f}: run {real_buckets} buckets, {real_classes:,} classes; over {len(samples)} ANALYZE "
+              f"samples: buckets exact {exact}/{len(samples)} (predicted {sorted(set(buckets))}), classes error "
+              f"median {100 * statistics.median(errors):.1f}% max {100 * max(errors):.1f}%, within 10% "
+              f"{within}/{len(samples)}")
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
+    parser.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
+    parser.add_argument("--rows", default="100000,1000000", help="census sizes (default: 100000,1000000)")
+    parser.add_argument("--adult", default="/work/shared/data/adult", help="Adult's ARX folder ('' skips it)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed sabre_estimate calls per dataset")
+    parser.add_argument("--samples", type=int, default=10, help="ANALYZE samples the accuracy is measured on")
+    parser.add_argument("--statistics-target", type=int, default=-1,
+                        help="the SA column's statistics target while sampling (default -1: the server's; "
+                             "ANALYZE samples 300 x target rows); restored afterwards")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    options = parser.parse_args(argv)
+    dsn = resolve_dsn(argparse.Namespace(dsn=options.dsn, sabre_schema=options.schema))
+    datasets = []
+    for rows in [int(x.replace("_", "")) for x in options.rows.split(",") if x.strip()]:
+        table, hierarchies, _ = ensure_table(dsn, rows, options.schema, False)
+        datasets.append((table, CENSUS_QIS, CENSUS_SENSITIVE, {"hierarchies": hierarchies}))
+    if options.adult:
+        table, hierarchies = adult_table(dsn, Path(options.adult), options.schema)
+        used = {c: h for c, h in hierarchies.items() if c in ADULT_QIS + [ADULT_SA]}
+        datasets.append((table, ADULT_QIS, ADULT_SA, {"hierarchies": used}))
+    report = []
+    for table, qis, sa, opts in datasets:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            n = conn.execute(sql.SQL("SELECT count(*) FROM public.{}").format(sql.Identifier(table))).fetchone()[0]
+        actual = actual_runs(dsn, options.schema, table, qis, sa, opts)
+        samples = sample_estimates(dsn, options.schema, table, qis, sa, opts, options.samples,
+                                   options.statistics_target)
+        estimated = time_estimate(dsn, options.schema, table, qis, sa, opts, options.repeat)
+        report.append({"table": table, "rows": n, "estimate_ms": [1000 * w for w in estimated["walls"]],
+                       "single_t_ms": [1000 * w for w in estimated["single"]],
+                       "statistics_only_ms": [1000 * w for w in estimated["statistics_only"]],
+                       "lookahead_0_ms": [1000 * w for w in estimated["paper"]],
+                       "per_t": compare(table, n, estimated, samples, actual)})
+    if options.json:
+        Path(options.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {options.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,440 @@
+"""sabre_estimate: what sabre_anonymize will do, from PostgreSQL's statistics alone.
+
+No row of the source is read.  The sensitive attribute's (SA's) frequencies are estimated
+from its ``pg_catalog.pg_stats`` row and the table's ``pg_class.reltuples`` (the model is
+documented in docs/estimate.md); on that estimated SA summary the core's
+``plan_from_counts`` -- the same code sabre_anonymize runs on its ``GROUP BY`` summary --
+gives the bucketization (§4.2) and the EC-size tree (§4.3), hence buckets, U, the classes
+and their size, for every t asked.
+
+The arguments are checked by the same rules as sabre_anonymize's (``request.py``,
+``common.check_t``/``check_k``); the statistics are read only for columns the caller may
+``SELECT`` (pg_stats shows nothing else), and ``ANALYZE`` runs only when ``options.analyze``
+asks for it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sabre_pg.core.emd import SADomain
+from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.parameters import check_k
+from sabre_pg.core.sabre import plan_from_counts
+
+from . import common as C
+from . import errors as E
+from . import request, scan
+
+OPTION_KEYS = ("hierarchies", "lookahead", "nulls", "analyze", "suggest")
+OPTIONS_EXAMPLE = '{"suggest": true}'
+STATISTICS_RELKINDS = ("r", "m", "p", "f")   # relations ANALYZE keeps statistics for
+SUGGEST_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))   # 0.05 .. 0.95
+HINT_STEP = 0.05                   # grid of the search for the smallest t that splits the table
+HINT_TOLERANCE = 1e-4              # its bisection's precision
+NEGLIGIBLE_MASS = 1e-6             # pg_stats stores frequencies as float4
+OTHER_VALUE = "(estimated value %d)"   # names of the unseen values of a flat categorical SA
+NO_STATISTICS_HINT = ("Statistics come from ANALYZE: run ANALYZE %s (%s) or pass options.analyze "
+                      "(options => '{\"analyze\": true}').")
+T_HINT = request.T_HINT + " Pass one t or an array, e.g. t => ARRAY[0.15, 0.25, 0.35]."
+
+
+# ------------------------------------------------------------------ the model (pure)
+
+@dataclass(frozen=True)
+class ColumnStatistics:
+    """A column's ``pg_stats`` row and its table's ``reltuples``.  Values are floats for a
+    numerical column (its sort order), text for a categorical one."""
+    reltuples: float
+    null_frac: float
+    n_distinct: float
+    mcv_values: tuple = ()
+    mcv_freqs: tuple = ()
+    histogram: tuple = ()          # histogram_bounds; () when none
+
+    def distinct(self) -> int:
+        """Distinct non-NULL values: n_distinct, or -n_distinct x reltuples when negative
+        (PostgreSQL stores a count above 10% of the rows as minus its fraction of the rows)."""
+        d = self.n_distinct if self.n_distinct >= 0 else -self.n_distinct * self.reltuples
+        return int(round(d))
+
+    def rest(self) -> float:
+        """The share of rows neither NULL nor a most common value (0 when below float4 noise)."""
+        r = 1.0 - self.null_frac - float(sum(self.mcv_freqs))
+        return r if r > NEGLIGIBLE_MASS else 0.0
+
+    def others(self) -> int:
+        """Distinct values beyond the most common ones (0: the MCV list is complete)."""
+        return max(self.distinct() - len(self.mcv_values), 0) if self.rest() else 0
+
+
+def apportion(weights, total: int) -> np.ndarray:
+    """Integers proportional to ``weights`` summing to ``total`` (largest remainders; ties to
+    the first)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    if total <= 0 or weights.sum() <= 0:
+        return np.zeros(len(weights), dtype=np.int64)
+    raw = weights / weights.sum() * total
+    base = np.floor(raw).astype(np.int64)
+    short = int(total - base.sum())
+    if short > 0:
+        base[np.argsort(-(raw - base), kind="stable")[:short]] += 1
+    return base
+
+
+def fill(total: int, slots: int, room=None) -> np.ndarray:
+    """``total`` items spread as equally as possible over ``slots``, none beyond its ``room``
+    (water-filling: what a full slot cannot take goes equally to the others)."""
+    room = np.full(slots, np.inf) if room is None else np.maximum(np.asarray(room, dtype=np.float64), 0)
+    total = int(min(total, room.sum()))
+    level = 0.0 if total == 0 else _level(total, room)
+    base = np.minimum(np.floor(np.full(slots, level)), room).astype(np.int64)
+    short = total - int(base.sum())
+    open_ = np.flatnonzero(base < room)
+    base[open_[:short]] += 1
+    return base
+
+
+def _level(total: int, room: np.ndarray) -> float:
+    """The water level L with sum(min(L, room)) = total (room sorted ascending, finite total)."""
+    order = np.sort(room)
+    below = 0.0
+    for i, r in enumerate(order):
+        level = (total - below) / (len(order) - i)
+        if level <= r:
+            return level
+        below += r
+    return float(order[-1])
+
+
+def histogram_mass(bounds, rest: float, others: int, mcv_values, integer: bool) -> tuple:
+    """(values, shares) of the non-MCV values of a numerical column from its histogram.
+
+    Each of the H buckets holds ``rest / H`` of the rows.  The bounds are values of the column;
+    the ``others`` distinct values beyond the bounds are spread equally over the buckets (for an
+    integer type, at most the integers strictly inside a bucket that are no MCV; the excess goes
+    to the other buckets: :func:`fill`), evenly spaced inside it; a bucket's share is spread
+    uniformly over its points, its two bounds counting half each (a bound is shared with the
+    neighbouring bucket)."""
+    b = np.asarray(bounds, dtype=np.float64)
+    h = len(b) - 1
+    room = None
+    if integer:
+        mcv = np.asarray(mcv_values, dtype=np.float64)
+        room = np.maximum(np.ceil(b[1:]) - np.floor(b[:-1]) - 1, 0)
+        room -= [np.count_nonzero((mcv > lo) & (mcv < hi)) for lo, hi in zip(b[:-1], b[1:])]
+    inside = fill(max(others - len(np.unique(b)), 0), h, room)
+    unit = rest / h / (inside + 1)                  # per interior point; a bound gets half
+    values, shares = [b], [np.zeros(h + 1)]
+    shares[0][:-1] += unit / 2
+    shares[0][1:] += unit / 2
+    for i in np.flatnonzero(inside):
+        step = (b[i + 1] - b[i]) / (inside[i] + 1)
+        values.append(b[i] + step * np.arange(1, inside[i] + 1))
+        shares.append(np.full(inside[i], unit[i]))
+    return np.concatenate(values), np.concatenate(shares)
+
+
+def numerical_counts(stats: ColumnStatistics, rows: int, integer: bool) -> tuple:
+    """(counts, SADomain) of a numerical SA: counts per distinct value in value order, like
+    the SA summary's; values estimated to hold no row are left out, as they would be absent."""
+    values = [np.asarray(stats.mcv_values, dtype=np.float64)]
+    shares = [np.asarray(stats.mcv_freqs, dtype=np.float64)]
+    others = stats.others()
+    if others and len(stats.histogram) >= 2:
+        v, s = histogram_mass(stats.histogram, stats.rest(), others, stats.mcv_values, integer)
+        values.append(v)
+        shares.append(s)
+    elif others:                    # no histogram: spread evenly over the MCVs' range
+        lo, hi = (min(stats.mcv_values), max(stats.mcv_values)) if len(stats.mcv_values) else (0.0, 1.0)
+        values.append(np.linspace(lo, hi, others + 2)[1:-1])
+        shares.append(np.full(others, stats.rest() / others))
+    distinct, where = np.unique(np.concatenate(values), return_inverse=True)
+    counts = apportion(np.bincount(where, np.concatenate(shares), minlength=len(distinct)), rows)
+    counts = counts[counts > 0]
+    return counts, SADomain("numerical", m=max(len(counts), 1))
+
+
+def categorical_counts(stats: ColumnStatistics, rows: int, hierarchy: Hierarchy | None, sa) -> tuple:
+    """(counts, SADomain) of a categorical SA over the leaves of its named hierarchy (the
+    non-MCV leaves share the rest equally) or, without one, of the flat hierarchy over the MCVs
+    and ``others`` unseen values sharing the rest equally."""
+    mcv = [str(v) for v in stats.mcv_values]
+    freqs = dict(zip(mcv, stats.mcv_freqs))
+    if hierarchy is None:
+        unseen, i = [], 0
+        while len(unseen) < stats.others():
+            i += 1
+            if OTHER_VALUE % i not in freqs:
+                unseen.append(OTHER_VALUE % i)
+        shares = dict(freqs, **{u: stats.rest() / len(unseen) for u in unseen})
+        counts = apportion(list(shares.values()), rows)
+        present = [v for v, n in zip(shares, counts) if n > 0]
+        hierarchy = Hierarchy.flat(present, name=sa.name)
+        by_value = dict(zip(shares, counts))
+        return (np.array([by_value[leaf] for leaf in hierarchy.leaves], dtype=np.int64),
+                SADomain("categorical", hierarchy=hierarchy))
+    leaves = hierarchy.leaves
+    missing = sorted(v for v in mcv if v not in set(leaves))
+    if missing:
+        raise scan.missing_error(sa, len(missing), missing[:5])
+    rest = [leaf for leaf in leaves if leaf not in freqs]
+    share = stats.rest() / len(rest) if rest else 0.0
+    counts = apportion([freqs.get(leaf, share) for leaf in leaves], rows)
+    return counts, SADomain("categorical", hierarchy=hierarchy)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One row of sabre_estimate."""
+    t: float
+    buckets: int | None            # None (with u, ec_size) when k cannot be met: no plan
+    u: float | None
+    ec_size: float | None          # rows per class (mean of the EC-size tree's leaves)
+    classes: int
+    feasible: bool
+    hint: str | None
+    hint_t: float | None
+    seconds: float
+
+    def row(self, source_of_stats: str, knee=None) -> tuple:
+        return (self.t, self.buckets, self.u, self.ec_size, self.classes, self.feasible, self.hint,
+                source_of_stats, self.seconds, self.hint_t, knee)
+
+
+def smallest_t(meets, start: float, stop: float = 1.0, step: float = HINT_STEP,
+               tolerance: float = HINT_TOLERANCE) -> float | None:
+    """The smallest t in (start, stop] with ``meets(t)``, ``meets(start)`` being false: the
+    first grid point from ``start`` in steps of ``step`` that meets it, then bisection on the
+    multiples of ``tolerance`` between it and the grid point before.  The t returned was
+    itself checked to meet it (None: nothing up to ``stop`` does); it is a multiple of
+    ``tolerance`` unless the rounded value does not meet it."""
+    low = start
+    while True:
+        high = min(low + step, stop)
+        if meets(high):
+            break
+        if high >= stop:
+            return None
+        low = high
+    lowest, highest = int(np.floor(low / tolerance)), int(np.ceil(high / tolerance))
+    at = lambda i: min(round(i * tolerance, 10), stop)      # noqa: E731
+    if not meets(at(highest)):
+        return high
+    while highest - lowest > 1:
+        middle = (lowest + highest) // 2
+        if meets(at(middle)):
+            highest = middle
+        else:
+            lowest = middle
+    return at(highest)
+
+
+def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int) -> Estimate:
+    """The plan sabre_anonymize would make at ``t``: the core's plan_from_counts on the
+    estimated counts.  k is met when the core accepts it for the estimated rows (then every
+    class of the plan has >= k rows); a plan of one class (the whole table, every
+    quasi-identifier fully generalized) gets a hint: the smallest t that splits it."""
+    start = time.perf_counter()
+    rows = int(counts.sum())
+    try:
+        check_k(k, rows)
+    except ValueError:              # sabre_anonymize would stop here, before bucketization
+        return Estimate(t, None, None, None, 0, False,
+                        "k = %d exceeds the %d rows estimated: no t meets it; choose k <= %d."
+                        % (k, rows, rows), None, time.perf_counter() - start)
+    plan = plan_from_counts(counts, domain, t, k, lookahead)
+    classes = plan.plan.n_classes
+    hint = hint_t = None
+    if classes == 1:
+        hint_t = smallest_t(lambda x: plan_from_counts(counts, domain, x, k, lookahead).plan.n_classes > 1, t)
+        hint = ("One class: every quasi-identifier fully generalized. t >= %.4f splits the table." % hint_t
+                if hint_t is not None else "One class at every t <= 1 with k = %d: lower k." % k)
+    return Estimate(t, plan.buckets.n_buckets, plan.buckets.U, rows / classes, classes, True, hint, hint_t,
+                    time.perf_counter() - start)
+
+
+def knee(ts, classes) -> int:
+    """The knee of the curve log(classes) against t (t ascending, classes >= 1): the point
+    farthest above the chord joining its two ends, both axes scaled to [0, 1] (Kneedle's rule
+    for an increasing concave curve).  Beyond it a larger t buys proportionally fewer classes.
+    Ties go to the smallest t; a curve nowhere above its chord (straight, convex or flat) has
+    its knee at the first point."""
+    x = np.asarray(ts, dtype=np.float64)
+    y = np.log(np.asarray(classes, dtype=np.float64))
+    if len(x) < 3 or x[-1] == x[0]:
+        return 0
+    x = (x - x[0]) / (x[-1] - x[0])
+    span = y.max() - y.min()
+    if span == 0:
+        return 0
+    y = (y - y.min()) / span
+    above = y - (y[0] + (y[-1] - y[0]) * x)
+    best = int(np.argmax(above))
+    return best if above[best] > 0 else 0
+
+
+# ------------------------------------------------------------------ the entry point
+
+@E.entry_point
+def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
+    """sabre_estimate: one row per t (or, with options.suggest, per t of the curve)."""
+    started = time.perf_counter()
+    given = C.parse_options(plpy, options, OPTION_KEYS, OPTIONS_EXAMPLE)
+    ts = t_values(t)
+    k = C.check_k(k, request.K_HINT)
+    analyze = request._boolean(given, "analyze", False,
+                               "true runs ANALYZE on the source's columns first (the table's owner only).")
+    suggest = request._boolean(given, "suggest", False,
+                               "true returns the curve of classes over t and marks its knee.")
+    src = C.resolve_relation(plpy, source)
+    if src["relkind"] not in STATISTICS_RELKINDS:
+        raise E.invalid_parameter("%s is %s: PostgreSQL keeps no statistics for it" % (
+            src["qname"], "a view" if src["relkind"] == "v" else "not a table"),
+            "Estimate on the table it reads, or run sabre_anonymize.")
+    columns = C.columns(plpy, src["oid"])
+    qis, sa = request.attributes(columns, quasi_identifiers, sensitive, given.get("hierarchies"))
+    opts = request.parse_options(given, columns, qis)
+    check_privileges(plpy, src, qis + [sa])
+    hierarchies = {a.name: C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
+                   for a in qis + [sa] if a.hierarchy_name is not None}
+    needed = [sa] + (qis if opts.nulls == "drop" else [])
+    if analyze:
+        run_analyze(plpy, src, needed)
+    stats, analyzed = read_statistics(plpy, src, needed, analyze)
+    rows = estimated_rows(stats, sa, qis if opts.nulls == "drop" else [])
+    if rows < 1:
+        raise scan.no_rows(src["qname"], opts.nulls == "drop")
+    counts, domain = sa_counts(stats[sa.name], rows, sa, hierarchies.get(sa.name))
+    described = describe(stats[sa.name], src, sa, rows, analyzed, analyze)
+    read_seconds = time.perf_counter() - started
+    if suggest:
+        ts = sorted(set(ts)) if len(ts) >= 3 else list(SUGGEST_GRID)
+    found = [estimate_t(counts, domain, x, k, opts.lookahead) for x in ts]
+    marks = [None] * len(found)
+    feasible = [i for i, e in enumerate(found) if e.feasible]
+    if suggest and feasible:
+        chosen = feasible[knee([found[i].t for i in feasible], [found[i].classes for i in feasible])]
+        marks = [i == chosen for i in range(len(found))]
+    return [Estimate(e.t, e.buckets, e.u, e.ec_size, e.classes, e.feasible, e.hint, e.hint_t,
+                     read_seconds + e.seconds).row(described, mark) for e, mark in zip(found, marks)]
+
+
+def t_values(t) -> list:
+    """t as a list (one t, or an array's elements), each checked by the core's rule."""
+    if t is None:
+        raise E.null_not_allowed("t must not be NULL", T_HINT)
+    values = t if isinstance(t, list) else [t]
+    if not values:
+        raise E.invalid_parameter("t is an empty array", T_HINT)
+    return [C.check_t(x, T_HINT) for x in values]
+
+
+def check_privileges(plpy, src, attrs):
+    """The caller must be allowed to read every attribute: pg_stats shows nothing else, and
+    an estimate must not reveal statistics of columns the caller cannot read."""
+    denied = plpy.execute(plpy.prepare(
+        "SELECT a.name FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS a(name, i) "
+        "WHERE NOT pg_catalog.has_column_privilege($1, a.name, 'SELECT') ORDER BY a.i",
+        ["oid", "text[]"]), [src["oid"], [a.name for a in attrs]])
+    if len(denied):
+        raise E.insufficient_privilege(
+            "permission denied for table %s (column %s)" % (src["qname"], ", ".join(
+                '"%s"' % r["name"] for r in denied)),
+            "sabre_estimate reads statistics only of columns you may SELECT; ask the table's owner "
+            "for SELECT on them.")
+
+
+def run_analyze(plpy, src, attrs):
+    """``ANALYZE source (columns)``, which PostgreSQL lets only the table's owner, the
+    database's owner or a superuser run (for anyone else it skips the table with a warning,
+    so the check comes first: the estimate must not claim fresh statistics)."""
+    allowed = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') OR (NOT c.relisshared AND pg_catalog.pg_has_role("
+        "(SELECT d.datdba FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()), "
+        "'USAGE')) AS ok FROM pg_catalog.pg_class AS c WHERE c.oid = $1", ["oid"]), [src["oid"]])[0]["ok"]
+    if not allowed:
+        raise E.insufficient_privilege(
+            "options.analyze: only the owner of %s can ANALYZE it" % src["qname"],
+            "Ask its owner to run ANALYZE, or call without options.analyze to use the statistics it has.")
+    plpy.execute("ANALYZE %s (%s)" % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
+
+
+STATISTICS_SQL = (
+    "SELECT DISTINCT ON (s.attname) s.attname::pg_catalog.text AS name, s.null_frac::pg_catalog.float8 AS null_frac, "
+    "s.n_distinct::pg_catalog.float8 AS n_distinct, s.most_common_vals::pg_catalog.text AS mcv, "
+    "s.most_common_freqs::pg_catalog.float8[] AS freqs, s.histogram_bounds::pg_catalog.text AS histogram "
+    "FROM pg_catalog.pg_stats AS s WHERE s.schemaname = $1 AND s.tablename = $2 "
+    "AND s.attname = ANY ($3::pg_catalog.name[]) ORDER BY s.attname, s.inherited DESC")
+RELATION_SQL = (
+    "SELECT c.reltuples::pg_catalog.float8 AS reltuples, "
+    "GREATEST(pg_catalog.pg_stat_get_last_analyze_time(c.oid), "
+    "pg_catalog.pg_stat_get_last_autoanalyze_time(c.oid))::pg_catalog.text AS analyzed "
+    "FROM pg_catalog.pg_class AS c WHERE c.oid = $1")
+
+
+def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
+    """({attribute: ColumnStatistics}, when the table was last analyzed) from pg_stats (the
+    statistics of the whole inheritance tree when there are) and pg_class.reltuples."""
+    rel = plpy.execute(plpy.prepare(RELATION_SQL, ["oid"]), [src["oid"]])[0]
+    found = {r["name"]: r for r in plpy.execute(plpy.prepare(STATISTICS_SQL, ["name", "name", "text[]"]), [
+        src["nspname"], src["relname"], [a.name for a in attrs]])}
+    missing = [a.name for a in attrs if a.name not in found]
+    if rel["reltuples"] == 0 and (missing or analyzed_now):
+        raise scan.no_rows(src["qname"], False)
+    if missing or rel["reltuples"] < 0:
+        raise E.not_in_prerequisite_state(
+            "%s has no statistics for %s" % (src["qname"], ", ".join('"%s"' % m for m in missing) or "its rows"),
+            NO_STATISTICS_HINT % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
+    stats = {}
+    for a in attrs:
+        r = found[a.name]
+        mcv = decode_values(plpy, a, r["mcv"])
+        stats[a.name] = ColumnStatistics(rel["reltuples"], r["null_frac"], r["n_distinct"], tuple(mcv),
+                                         tuple(r["freqs"] or ()), tuple(decode_values(plpy, a, r["histogram"])))
+        if a.numerical and not np.all(np.isfinite(np.asarray(mcv + list(stats[a.name].histogram), float))):
+            raise scan.nonfinite_error([(a.name, int(rel["reltuples"]))])
+    return stats, rel["analyzed"]
+
+
+def decode_values(plpy, attr, text) -> list:
+    """A pg_stats value array (anyarray, read as text) as the attribute's values: floats in
+    its order for a numerical attribute (the read's conversion), text for a categorical one."""
+    if text is None:
+        return []
+    column = C.ident(attr.name)
+    value = C.numeric_expr(plpy, attr.name, attr.col, "u.") if attr.numerical else "(u.%s)::pg_catalog.text" % column
+    return plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.array_agg(%s ORDER BY u.i) AS vs FROM pg_catalog.unnest($1::pg_catalog.text::%s[]) "
+        "WITH ORDINALITY AS u(%s, i)" % (value, attr.col["type"], column), ["text"]), [text])[0]["vs"]
+
+
+def estimated_rows(stats: dict, sa, dropped_with_nulls) -> int:
+    """The rows sabre_anonymize would anonymize: reltuples x the SA's non-NULL share, times
+    each quasi-identifier's non-NULL share when options.nulls = 'drop' (taken as independent)."""
+    share = 1.0 - stats[sa.name].null_frac
+    for a in dropped_with_nulls:
+        share *= 1.0 - stats[a.name].null_frac
+    return int(round(stats[sa.name].reltuples * share))
+
+
+def sa_counts(stats: ColumnStatistics, rows: int, sa, hierarchy) -> tuple:
+    if sa.numerical:
+        return numerical_counts(stats, rows, sa.typname in C.INTEGER_TYPES)
+    return categorical_counts(stats, rows, hierarchy, sa)
+
+
+def describe(stats: ColumnStatistics, src, sa, rows: int, analyzed, analyzed_now: bool) -> str:
+    """source_of_stats: where the estimate comes from, and which part of it is exact."""
+    covered = 100.0 * float(sum(stats.mcv_freqs))
+    if stats.others():
+        shape = "histogram of %d buckets, %d other values" % (max(len(stats.histogram) - 1, 0), stats.others())
+    else:
+        shape = "MCV list complete"
+    return "%spg_stats of %s.%s (analyzed %s): %d most common values (%.1f%% of rows), %s; n_distinct %g, " \
+           "null_frac %g, reltuples %.0f; %d rows estimated" % (
+               "ANALYZE run by this call; " if analyzed_now else "", src["qname"], C.ident(sa.name),
+               analyzed or "at an unknown time", len(stats.mcv_values), covered, shape, stats.n_distinct,
+               stats.null_frac, stats.reltuples, rows)

@@ -1,0 +1,39 @@
+-- sabre-pg estimate (issue #10, part 1): what sabre_anonymize will do, from pg_stats alone.
+-- Thin PL/Python wrappers around sabre_plpy.estimate (docs/estimate.md); no row of the
+-- source is read.  VOLATILE: options.analyze runs ANALYZE.  Idempotent.
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
+    source            regclass,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision[],
+    k                 integer DEFAULT 1,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
+               classes bigint, feasible boolean, hint text, source_of_stats text,
+               seconds double precision, hint_t double precision, knee boolean)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import estimate
+return estimate.estimate(plpy, source, quasi_identifiers, sensitive, t, k, options)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb) IS
+    'Predict sabre_anonymize''s buckets, U, classes and class size for each t from pg_stats and '
+    'reltuples, without reading the table; options.suggest: the curve over t and its knee';
+
+-- One t: the array form with one element.
+CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
+    source            regclass,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision,
+    k                 integer DEFAULT 1,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
+               classes bigint, feasible boolean, hint text, source_of_stats text,
+               seconds double precision, hint_t double precision, knee boolean)
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT * FROM @schema@.sabre_estimate($1, $2, $3, ARRAY[$4]::pg_catalog.float8[], $5, $6)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb) IS
+    'sabre_estimate for one t';

@@ -1,0 +1,143 @@
+"""The estimation model of sabre_estimate (plpython/estimate.py) without a server: SA counts
+from pg_stats-like statistics, the hint's search, the knee of the suggest curve."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.sabre import plan_from_counts
+from tests.client.fake_plpy import FakePlpy, sabre_plpy
+
+est = sabre_plpy("estimate")
+request = sabre_plpy("request")
+errors = sabre_plpy("errors")
+
+
+def stats(**kw):
+    base = dict(reltuples=1000.0, null_frac=0.0, n_distinct=3.0)
+    base.update(kw)
+    return est.ColumnStatistics(**base)
+
+
+def test_n_distinct_negative_is_a_fraction_of_the_rows():
+    assert stats(n_distinct=-0.25, reltuples=4000.0).distinct() == 1000
+    assert stats(n_distinct=12.0).distinct() == 12
+
+
+def test_rest_below_float4_noise_means_a_complete_mcv_list():
+    s = stats(null_frac=0.1, mcv_values=(1.0, 2.0), mcv_freqs=(0.4, 0.49999997))
+    assert s.rest() == 0.0 and s.others() == 0
+    s = stats(n_distinct=10.0, mcv_values=(1.0, 2.0), mcv_freqs=(0.4, 0.3))
+    assert s.rest() == pytest.approx(0.3) and s.others() == 8
+
+
+@pytest.mark.parametrize("weights, total", [([1, 1, 1], 10), ([0.5, 0.25, 0.25], 7), ([3, 0, 1], 1), ([1], 0)])
+def test_apportion_sums_to_the_total_and_follows_the_weights(weights, total):
+    out = est.apportion(weights, total)
+    assert out.sum() == total and out.dtype == np.int64
+    w = np.asarray(weights, float) / sum(weights)
+    assert np.all(np.abs(out - w * total) < 1)
+
+
+def test_fill_spreads_equally_within_each_rooms():
+    assert est.fill(7, 3).tolist() == [3, 2, 2]
+    assert est.fill(10, 3, [1, 100, 100]).tolist() == [1, 5, 4]
+    assert est.fill(50, 3, [1, 2, 3]).tolist() == [1, 2, 3]       # no more than the room
+    assert est.fill(0, 2, [5, 5]).tolist() == [0, 0]
+
+
+def test_complete_mcv_list_gives_the_frequencies_in_value_order():
+    s = stats(null_frac=0.2, mcv_values=(30.0, 10.0, 20.0), mcv_freqs=(0.4, 0.3, 0.1))
+    counts, domain = est.numerical_counts(s, 800, integer=True)
+    assert counts.tolist() == [300, 100, 400] and domain.m == 3
+
+
+def test_histogram_spreads_the_rest_over_the_other_values():
+    bounds = tuple(float(x) for x in range(0, 101, 10))          # 10 buckets of 10 integers
+    s = stats(reltuples=10_000.0, n_distinct=-0.009, mcv_values=(5.0, 55.0), mcv_freqs=(0.3, 0.2),
+              histogram=bounds)
+    assert s.distinct() == 90 and s.others() == 88
+    counts, domain = est.numerical_counts(s, 10_000, integer=True)
+    assert counts.sum() == 10_000 and domain.m == 90          # 2 MCVs + 11 bounds + 77 inside
+    assert counts[5] == 3000 and 2000 in counts.tolist()     # the MCVs keep their rows (5 is 6th)
+    values, shares = est.histogram_mass(bounds, s.rest(), s.others(), s.mcv_values, True)
+    assert shares.sum() == pytest.approx(0.5)
+    for lo in range(0, 100, 10):                              # equal mass per bucket: each of
+        inside = shares[(values > lo) & (values < lo + 10)]     # its n points takes 1/(n + 1),
+        assert len(inside) and inside == pytest.approx(0.05 / (len(inside) + 1))   # bounds half
+
+
+def test_integer_buckets_hold_no_more_values_than_they_have_integers():
+    bounds = (0.0, 2.0, 1000.0)                                  # 1 integer inside the first bucket
+    values, _ = est.histogram_mass(bounds, 0.5, 500, (), True)
+    assert np.count_nonzero((values > 0) & (values < 2)) == 1
+    assert len(values) == 500                                    # the rest went to the wide bucket
+
+
+def test_categorical_named_hierarchy_spreads_the_rest_over_the_other_leaves():
+    h = Hierarchy([["a", "x", "*"], ["b", "x", "*"], ["c", "y", "*"], ["d", "y", "*"]], name="h")
+    sa = request.Attr("sa", {"typname": "text"}, "categorical", "h")
+    s = stats(n_distinct=4.0, mcv_values=("c", "a"), mcv_freqs=(0.5, 0.3))
+    counts, domain = est.categorical_counts(s, 1000, h, sa)
+    assert counts.tolist() == [300, 100, 500, 100] and domain.hierarchy is h
+    with pytest.raises(errors.SabreError) as e:
+        est.categorical_counts(stats(mcv_values=("z",), mcv_freqs=(1.0,)), 10, h, sa)
+    assert e.value.sqlstate == "22023" and '"z"' in e.value.message and e.value.hint
+
+
+def test_categorical_without_hierarchy_is_flat_over_mcvs_and_unseen_values():
+    sa = request.Attr("sa", {"typname": "text"}, "categorical")
+    s = stats(n_distinct=5.0, mcv_values=("u", "v"), mcv_freqs=(0.4, 0.3))
+    counts, domain = est.categorical_counts(s, 1000, None, sa)
+    assert sorted(counts.tolist()) == [100, 100, 100, 300, 400] and domain.m == 5
+    assert domain.hierarchy.height == 1
+
+
+def test_smallest_t_meets_the_predicate_within_the_tolerance():
+    found = est.smallest_t(lambda t: t >= 0.23714, 0.01)
+    assert found == 0.2372                                       # a multiple of the tolerance
+    calls = []
+    assert est.smallest_t(lambda t: calls.append(t) or t >= 0.5, 0.3) == 0.5 and min(calls) > 0.3
+    assert est.smallest_t(lambda t: False, 0.5) is None
+    assert est.smallest_t(lambda t: t >= 1.0, 0.99) == 1.0
+
+
+def test_knee_of_a_synthetic_curve():
+    ts = [round(0.05 * i, 2) for i in range(1, 20)]
+    saturating = [2 ** (10 * min(t, 0.3) / 0.3) for t in ts]    # doubling until 0.3, then flat
+    assert ts[est.knee(ts, saturating)] == 0.3
+    smooth = [1000 * (1 - np.exp(-t / 0.1)) for t in ts]          # concave: knee after the steep start
+    assert 0.05 < ts[est.knee(ts, smooth)] < 0.3
+    assert est.knee(ts, [7] * len(ts)) == 0                       # flat: the first t
+    assert est.knee(ts, [np.exp(t * t * 10) for t in ts]) == 0    # convex: nowhere above the chord
+
+
+def test_estimate_t_uses_the_core_plan_and_flags_k_beyond_the_rows():
+    counts = np.array([30, 50, 20, 40, 60], dtype=np.int64)
+    domain = est.SADomain("numerical", m=5)
+    e = est.estimate_t(counts, domain, 0.3, 4, 4)
+    plan = plan_from_counts(counts, domain, 0.3, 4, 4)
+    assert (e.buckets, e.classes, e.feasible) == (plan.buckets.n_buckets, plan.plan.n_classes, True)
+    assert e.ec_size == pytest.approx(200 / plan.plan.n_classes)
+    bad = est.estimate_t(counts, domain, 0.3, 201, 4)
+    assert (bad.feasible, bad.classes, bad.buckets, bad.ec_size) == (False, 0, None, None) and "k <= 200" in bad.hint
+
+
+def test_t_values_checks_each_element_with_the_core_rule():
+    assert est.t_values(0.3) == [0.3] and est.t_values([0.1, 0.2]) == [0.1, 0.2]
+    for bad, state in ((None, "22004"), ([], "22023"), ([0.1, None], "22004"), ([0.1, 2.0], "22023")):
+        with pytest.raises(errors.SabreError) as e:
+            est.t_values(bad)
+        assert e.value.sqlstate == state and e.value.hint
+
+
+def test_missing_statistics_is_55000_with_the_analyze_hint():
+    plpy = FakePlpy({"pg_catalog.pg_class AS c": [{"reltuples": -1.0, "analyzed": None}],
+                     "pg_catalog.pg_stats": []})
+    src = {"oid": 1, "nspname": "public", "relname": "t", "qname": "public.t"}
+    sa = request.Attr("salary", {"typname": "int4", "type": "integer"}, "numerical")
+    with pytest.raises(errors.SabreError) as e:
+        est.read_statistics(plpy, src, [sa], False)
+    assert e.value.sqlstate == "55000" and "ANALYZE public.t" in e.value.hint and "options.analyze" in e.value.hint
+    assert all("pg_catalog." in sql for sql, _ in plpy.executed)
