@@ -285,9 +285,9 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
     given = C.parse_options(plpy, options, OPTION_KEYS, OPTIONS_EXAMPLE)
     ts = t_values(t)
     k = C.check_k(k, request.K_HINT)
-    analyze = request._boolean(given, "analyze", False,
+    analyze = request.boolean_option(given, "analyze", False,
                                "true runs ANALYZE on the source's columns first (the table's owner only).")
-    suggest = request._boolean(given, "suggest", False,
+    suggest = request.boolean_option(given, "suggest", False,
                                "true returns the curve of classes over t and marks its knee.")
     src = C.resolve_relation(plpy, source)
     if src["relkind"] not in STATISTICS_RELKINDS:

@@ -171,7 +171,8 @@ def _integer(opts, name, default, low, high, hint):
     return value
 
 
-def _boolean(opts, name, default, hint):
+def boolean_option(opts, name, default, hint):
+    """options.<name> as a bool (shared by the entry points that take boolean options)."""
     value = opts.get(name, default)
     if not isinstance(value, bool):
         raise E.invalid_parameter("options.%s must be true or false" % name, hint)
@@ -189,8 +190,8 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
     lookahead = _integer(given, "lookahead", 4, 0, 64,
                          "0 is the paper's rule (stop bucketization at the first U < t); the default 4 "
                          "also tries up to 4 further splits and keeps the one giving the most classes.")
-    replace = _boolean(given, "replace", True, "true (the default) replaces sabre's previous output of the same name.")
-    cascade = _boolean(given, "cascade", False,
+    replace = boolean_option(given, "replace", True, "true (the default) replaces sabre's previous output of the same name.")
+    cascade = boolean_option(given, "cascade", False,
                        "true drops objects that depend on the previous output when replacing it.")
     lock_timeout = given.get("lock_timeout", "5s")
     if not isinstance(lock_timeout, str) or not lock_timeout.strip():
