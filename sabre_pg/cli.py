@@ -20,9 +20,12 @@ import json
 import sys
 
 import sabre_pg
-from sabre_pg.errors import SabreError
+from sabre_pg.errors import SabreError, from_database, missing_extra
 
 PASS_THROUGH = {"demo", "bench"}
+# Third-party modules a command imports that come with an extra: {command: {module: extra}}.
+# A command missing one says which extra to install instead of ending in ModuleNotFoundError.
+COMMAND_EXTRAS = {"bench": {"tqdm": "bench", "matplotlib": "bench", "anonypyx": "bench", "pandas": "bench"}}
 
 
 def _add_db_args(p: argparse.ArgumentParser, schema_flag: str = "--schema") -> None:
@@ -150,18 +153,6 @@ def run(args: argparse.Namespace) -> int:
     return int(rc or 0)
 
 
-def _format_db_error(e) -> str:
-    diag = e.diag
-    lines = [f"error: {diag.message_primary or str(e).strip()}"]
-    if diag.message_detail:
-        lines.append(f"DETAIL: {diag.message_detail}")
-    if diag.message_hint:
-        lines.append(f"HINT: {diag.message_hint}")
-    if e.sqlstate:
-        lines.append(f"SQLSTATE: {e.sqlstate}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -175,12 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # psycopg is imported lazily; match its errors by type
-        import psycopg
-
-        if not isinstance(e, psycopg.Error):
+    except ModuleNotFoundError as e:
+        extra = missing_extra(e, COMMAND_EXTRAS.get(args.command, {}), f"sabre-pg {args.command}")
+        if extra is None:
             raise
-        print(_format_db_error(e), file=sys.stderr)
+        print(f"error: {extra}", file=sys.stderr)
+    except Exception as e:  # psycopg is imported lazily; its errors are recognised by from_database
+        error = from_database(e)
+        if error is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
     return 1
 
 

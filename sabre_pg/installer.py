@@ -43,9 +43,19 @@ from sabre_pg.errors import SabreError
 
 PACKAGE_DIR = Path(sabre_pg.__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
-SQL_DIR = REPO_DIR / "sql"
-PLPYTHON_DIR = REPO_DIR / "plpython"
 CORE_DIR = PACKAGE_DIR / "core"
+
+
+def source_dir(packaged: str, checkout: str) -> Path:
+    """Where the SQL or PL/Python sources are: inside the package when it was installed from
+    a wheel (``sabre_pg/_sql``, ``sabre_pg/_plpython``, copied there by setup.py's build
+    hook), else the checkout's top-level folder (a source tree or an editable install)."""
+    inside = PACKAGE_DIR / packaged
+    return inside if inside.is_dir() else REPO_DIR / checkout
+
+
+SQL_DIR = source_dir("_sql", "sql")
+PLPYTHON_DIR = source_dir("_plpython", "plpython")
 
 CORE_SQL = "00_core.sql"          # creates meta and modules; applied first
 LOADER_MODULE = "_sabre_loader"   # reserved row in <schema>.modules, exec'd by the preamble
@@ -196,8 +206,8 @@ def sql_files() -> list[Path]:
     files = sorted(SQL_DIR.glob("*.sql"))
     if not any(f.name == CORE_SQL for f in files):
         raise InstallError(
-            f"{SQL_DIR / CORE_SQL} not found: sabre-pg must be installed from a source "
-            "checkout (pip install -e .)"
+            f"{SQL_DIR / CORE_SQL} not found: this sabre-pg installation lacks its SQL files; "
+            "install it from a wheel or sdist (pip install sabre-pg) or from a checkout (pip install -e .)"
         )
     # 00_core.sql first (it is also first lexically; keep that true).
     return sorted(files, key=lambda f: (f.name != CORE_SQL, f.name))

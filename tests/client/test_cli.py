@@ -125,3 +125,28 @@ def test_hba_trust_detection(hba, trusting):
 
     assert hba_allows_trust(hba) is trusting
     assert not hba_allows_trust(HBA_TEMPLATE.format(superuser="postgres", map="sabre"))
+
+
+def test_missing_extra_names_the_extra(monkeypatch, capsys):
+    """A command whose optional dependency is missing says which extra to install."""
+    class Bench:
+        @staticmethod
+        def main(args):
+            __import__("tqdm")   # blocked below
+
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)
+    monkeypatch.setattr(cli, "_plugin", lambda name: Bench)
+    assert cli.main(["bench", "--dsn", "host=/nonexistent"]) == 1
+    err = capsys.readouterr().err
+    assert "tqdm" in err and "pip install 'sabre-pg[bench]'" in err and "Traceback" not in err
+
+
+def test_missing_module_that_is_no_extra_is_a_bug(monkeypatch):
+    class Bench:
+        @staticmethod
+        def main(args):
+            raise ModuleNotFoundError("No module named 'sabre_pg.nothing'", name="sabre_pg.nothing")
+
+    monkeypatch.setattr(cli, "_plugin", lambda name: Bench)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["bench", "--dsn", "host=/nonexistent"])
