@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 
+from . import progress
+
 INVALID_PARAMETER = "22023"
 NULL_NOT_ALLOWED = "22004"
 BAD_FILE_FORMAT = "22P04"
@@ -80,9 +82,10 @@ def reported(plpy):
 
 
 def entry_point(fn):
-    """Decorate an entry point ``fn(plpy, ...)`` to run inside :func:`reported`."""
+    """Decorate an entry point ``fn(plpy, ...)`` to run inside :func:`reported`, its phases
+    reported as progress (``progress.reporting``)."""
     @functools.wraps(fn)
     def wrapper(plpy, *args, **kwargs):
-        with reported(plpy):
+        with reported(plpy), progress.reporting(plpy, fn.__module__.rsplit(".", 1)[-1]):
             return fn(plpy, *args, **kwargs)
     return wrapper

@@ -7,6 +7,7 @@ The others dispatch lazily to their modules, so adding one means adding a module
 * ``bench`` -> ``sabre_pg.bench.main(args)``
 * ``gen``   -> ``sabre_pg.datasets.cli_gen(args, conn)``
 * ``load``  -> ``sabre_pg.datasets.cli_load(args, conn)``
+* ``anonymize`` -> :func:`anonymize` here, over ``sabre_pg.api`` (progress: ``sabre_pg.progress``)
 
 ``demo`` and ``bench`` also get unrecognised options in ``args.extra``; they connect
 with ``sabre_pg.connect.connect(args)``. Errors are printed without a traceback
@@ -67,6 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db_args(p)
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
 
+    p = sub.add_parser("anonymize", help="run sabre_anonymize with progress, then sabre_verify")
+    _add_db_args(p)
+    p.add_argument("source", help="table or view to anonymize (resolved with the session's search_path)")
+    p.add_argument("--qi", nargs="+", required=True, metavar="COLUMN", help="quasi-identifiers")
+    p.add_argument("--sensitive", required=True, metavar="COLUMN", help="the sensitive attribute")
+    p.add_argument("-t", type=float, required=True, help="t-closeness threshold (0 < t <= 1)")
+    p.add_argument("-k", type=int, default=1, help="k-anonymity (default: 1)")
+    p.add_argument("--method", choices=["ak", "knn"], default="ak", help="default: ak")
+    p.add_argument("--output", help="output relation (default: <source>_sabre beside the source)")
+    p.add_argument("--hierarchy", action="append", default=[], metavar="COLUMN=NAME",
+                   help="a column's hierarchy (options.hierarchies); repeatable")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of sabre_anonymize, VALUE as JSON or else text, e.g. seed=3, "
+                        "labels=true, keep='[\"id\"]'; repeatable")
+    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
+                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
+
     p = sub.add_parser("gen", help="generate a synthetic CENSUS-like table")
     _add_db_args(p, "--sabre-schema")
     p.add_argument("--table", default="census")
@@ -96,6 +114,50 @@ def _print_report(report: dict) -> None:
         elif isinstance(value, list):
             value = ("\n" + " " * (width + 2)).join(map(str, value)) if value else "-"
         print(f"{key.ljust(width)}  {value}")
+
+
+def key_values(items: list[str], flag: str, as_json: bool) -> dict:
+    """``KEY=VALUE`` arguments as a dict; with ``as_json`` a VALUE that parses as JSON is that."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SabreError(f"{flag} {item!r}: expected KEY=VALUE")
+        if as_json:
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        out[key] = value
+    return out
+
+
+def anonymize(args: argparse.Namespace) -> int:
+    """``sabre-pg anonymize``: one run with progress, its summary, then sabre_verify's."""
+    from sabre_pg import api
+    from sabre_pg.connect import connect
+    from sabre_pg.progress import ProgressDisplay
+
+    options = key_values(args.option, "--option", as_json=True)
+    hierarchies = key_values(args.hierarchy, "--hierarchy", as_json=False)
+    display = None if args.progress == "none" else ProgressDisplay(
+        bar={"auto": None, "bar": True, "lines": False}[args.progress])
+    with connect(args, autocommit=True) as conn:
+        try:
+            run = api.anonymize(conn, args.source, args.qi, args.sensitive, args.t, args.k, method=args.method,
+                                output=args.output, hierarchies=hierarchies or None, options=options,
+                                schema=args.sabre_schema, progress=display)
+        finally:
+            if display is not None:
+                display.close()
+        _print_report(run.summary())
+        checked = api.verify_summary(conn, run, args.sensitive, args.t, args.k,
+                                     hierarchy={**options.get("hierarchies", {}), **hierarchies}.get(args.sensitive),
+                                     schema=args.sabre_schema)
+    print("verify: %d classes, %d violations, max EMD %.4f, smallest class %d -> %s" % (
+        checked["classes"], checked["violations"], checked["max_emd"], checked["min_class_size"],
+        "OK" if checked["violations"] == 0 else "FAILED"))
+    return 0 if checked["violations"] == 0 else 1
 
 
 def _plugin(module: str):
@@ -144,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_report(report)
         return 0 if report["ok"] else 1
+    if cmd == "anonymize":
+        return anonymize(args)
     if cmd in ("gen", "load"):
         datasets = _plugin("datasets")
         with connect(args) as conn:
