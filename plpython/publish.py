@@ -27,6 +27,7 @@ import numpy as np
 from . import closeness
 from . import common as C
 from . import errors as E
+from . import labels
 from . import transfer as T
 
 LOCK_CLASS = 0x5AB2E           # first key of sabre's advisory locks (the output's hash is the second)
@@ -69,7 +70,7 @@ def begin(plpy, req) -> Run:
 def previous(plpy, req) -> Previous:
     """The previous output's relations, each checked to be replaceable (see module doc)."""
     found = {}
-    for suffix in ("", "_classes", "_keys"):
+    for suffix in ("", "_classes", "_keys", labels.SUFFIX):
         name = req.output.qualified(suffix)
         r = plpy.execute(plpy.prepare(
             "SELECT c.oid, c.relowner OPERATOR(pg_catalog.=) u.oid AS mine, EXISTS (SELECT 1 FROM %s() x "
@@ -85,6 +86,8 @@ def previous(plpy, req) -> Previous:
             raise E.duplicate_table("the output %s is the source itself" % name,
                                     "The source is never modified: choose another output name.")
         if not (r[0]["recorded"] and r[0]["mine"]):
+            if suffix == labels.SUFFIX and not req.options.labels:
+                continue          # not sabre's, and this run makes no label view
             raise E.duplicate_table(
                 "relation %s already exists and is not an output of one of your recorded runs" % name,
                 "Choose another output name or drop that relation yourself; sabre replaces only outputs "
@@ -409,8 +412,10 @@ def check_dependents(plpy, req, prev: Previous):
 def swap(plpy, req, run, prev: Previous, built: dict):
     """Replace the previous output by the relations ``built`` ({suffix: temporary qualified
     name}) under lock_timeout: grants carry over, comments carry the run's identity.  With
-    options.refresh = 'mvcc' the previous relations keep their identity and get the new rows."""
-    if req.options.refresh == "mvcc" and len(prev.relations) == len(built):
+    options.refresh = 'mvcc' the previous relations keep their identity and get the new rows.
+    The label view (options.labels) is built first, on the new output."""
+    built = {**labels.build(plpy, req, run, built[""]), **built}    # the view before its tables
+    if req.options.refresh == "mvcc" and set(prev.relations) == set(built):
         return refresh_in_place(plpy, req, prev, built)
     check_dependents(plpy, req, prev)
     grants = {suffix: list(plpy.execute(plpy.prepare(grants_sql(), ["regclass"]), [str(oid)]))
@@ -421,8 +426,11 @@ def swap(plpy, req, run, prev: Previous, built: dict):
                 # autovacuum may be analyzing the previous output; it yields to our lock only
                 # after deadlock_timeout (1 s by default) -- shorten that where the caller may
                 with C.settings(plpy, optional=True, deadlock_timeout="20ms"):
-                    plpy.execute("DROP TABLE %s%s" % (", ".join(
-                        req.output.qualified(s) for s in prev.relations), " CASCADE" if req.options.cascade else ""))
+                    for kind, suffixes in (("VIEW", [labels.SUFFIX]), ("TABLE", ["", "_classes", "_keys"])):
+                        names = [req.output.qualified(s) for s in suffixes if s in prev.relations]
+                        if names:
+                            plpy.execute("DROP %s %s%s" % (kind, ", ".join(names),
+                                                           " CASCADE" if req.options.cascade else ""))
             _rename(plpy, req, run, built)
     except plpy.SPIError as e:
         if getattr(e, "sqlstate", None) != E.LOCK_NOT_AVAILABLE:
@@ -432,7 +440,7 @@ def swap(plpy, req, run, prev: Previous, built: dict):
             % (req.output.qualified(), req.options.lock_timeout),
             "Run again when the readers are done, or raise options.lock_timeout (e.g. '30s').")
     for suffix, rows in grants.items():
-        for g in rows:
+        for g in rows if suffix in built else ():
             plpy.execute("GRANT %s ON %s TO %s%s" % (g["privilege_type"], req.output.qualified(suffix),
                                                      g["grantee"], " WITH GRANT OPTION" if g["is_grantable"] else ""))
 
@@ -442,6 +450,9 @@ def refresh_in_place(plpy, req, prev: Previous, built: dict):
     (row locks only: readers are not blocked, and a reader whose snapshot predates the run
     keeps seeing the old rows); objects, grants and dependents stay as they are."""
     for suffix, table in built.items():
+        if suffix == labels.SUFFIX:      # the previous view reads the refreshed output
+            plpy.execute("DROP VIEW %s" % table)
+            continue
         old = req.output.qualified(suffix)
         shapes = [list(C.columns(plpy, oid).items()) for oid in (prev.relations[suffix], _oid(plpy, table))]
         if [(n, c["type"]) for n, c in shapes[0]] != [(n, c["type"]) for n, c in shapes[1]]:
@@ -474,14 +485,18 @@ def comment(plpy, req, run):
                  run.run_id, req.source["qname"], req.method.upper(), req.t, req.k),
              "_classes": "sabre-pg equivalence classes of run %d" % run.run_id,
              "_keys": "sabre-pg run %d: source key -> SA bucket, Hilbert key, equivalence class" % run.run_id}
+    if req.options.labels:
+        texts[labels.SUFFIX] = "sabre-pg labels of run %d (numerical quasi-identifiers as text)" % run.run_id
     for suffix, text in texts.items():
-        plpy.execute("COMMENT ON TABLE %s IS %s" % (req.output.qualified(suffix),
-                                                    plpy.quote_literal(run.comment(text))))
+        plpy.execute("COMMENT ON %s %s IS %s" % ("VIEW" if suffix == labels.SUFFIX else "TABLE",
+                                                 req.output.qualified(suffix), plpy.quote_literal(run.comment(text))))
 
 
 def record(plpy, req, run, facts: dict) -> int:
     """Record the run through the catalog's owner-defined path; returns the output's OID."""
-    names = [req.output.qualified(s) for s in ("", "_classes", "_keys")]
+    # the side table last (run_record takes it as keys_table)
+    names = [req.output.qualified(s) for s in ("", "_classes") + ((labels.SUFFIX,) if req.options.labels else ())
+             + ("_keys",)]
     out = plpy.execute(plpy.prepare(
         "SELECT %s($1, $2::pg_catalog.regclass, $3::pg_catalog.regclass[], $4::pg_catalog.oid::pg_catalog.regclass, "
         "$5::jsonb), $2::pg_catalog.regclass::pg_catalog.oid AS output" % C.catalog("run_record"),

@@ -16,7 +16,7 @@ from . import common as C
 from . import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
-               "lookahead", "cascade", "lock_timeout", "refresh")
+               "lookahead", "cascade", "lock_timeout", "refresh", "labels")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
           "the whole table; typical values are 0.1 to 0.5.")
@@ -74,6 +74,7 @@ class Options:
     lock_timeout: str
     refresh: str                   # "swap" (new relations take the names) | "mvcc" (rows replaced in place)
     given: dict                    # as the caller gave them (recorded in the catalog)
+    labels: bool = False           # the view <output>_labels (labels.py)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,10 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
                       "output in place, so REPEATABLE READ readers keep seeing the old rows.")
     keep = _keep(given.get("keep"), columns, qis)
     weights = parse_weights(given.get("weights"), [a.name for a in qis])
-    return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given)
+    labels = boolean_option(given, "labels", False, "true adds the view <output>_labels, numerical "
+                            "quasi-identifiers as text labels such as [20, 29] (for BI tools).")
+    return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given,
+                   labels)
 
 
 def _keep(keep, columns, qis) -> tuple:

@@ -224,7 +224,7 @@ def test_previous_output_must_be_a_recorded_run_of_the_caller():
             P.previous(FakePlpy(answers([row])), req)
         assert e.value.sqlstate == "42P07" and words in e.value.message
     found = P.previous(FakePlpy(answers([{"oid": 7, "mine": True, "recorded": True}])), req)
-    assert found.oids == [7, 7, 7]
+    assert found.oids == [7, 7, 7, 7]    # output, _classes, _keys, _labels (labels.SUFFIX)
 
 
 def test_dependents_block_a_replacement_unless_the_caller_opts_in():
