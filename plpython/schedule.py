@@ -19,10 +19,16 @@ INSTALL_HINT = ("Install pg_cron (Debian: apt-get install postgresql-15-cron), s
 
 
 def cron_schema(plpy) -> str:
-    """The schema of the pg_cron extension in this database (quoted), or the install error."""
-    r = plpy.execute("SELECT n.nspname, pg_catalog.current_database() AS db FROM pg_catalog.pg_extension e "
-                     "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace "
-                     "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_cron'")
+    """The schema of pg_cron's functions in this database (quoted; the extension's own
+    ``schedule`` function, found through pg_depend), or the install error."""
+    r = plpy.execute("SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d "
+                     "ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass "
+                     "AND d.refobjid OPERATOR(pg_catalog.=) e.oid "
+                     "AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass "
+                     "JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid "
+                     "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace "
+                     "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_cron' AND p.proname OPERATOR(pg_catalog.=) 'schedule' "
+                     "LIMIT 1")
     if not len(r):
         db = plpy.execute("SELECT pg_catalog.current_database() AS db")[0]["db"]
         raise E.not_in_prerequisite_state("pg_cron is not installed in database %s" % C.ident(db), INSTALL_HINT % db)
