@@ -1,17 +1,19 @@
 """SABRE_W in the database (§5; docs/streams.md): a stream over an append-only table.
 
 The stream numbers the source's rows 1, 2, … in arrival order (ties broken by the key) and
-keeps that numbering, with each numbered row's state (published, S_G class), in
-``sabre.stream_rows``; ``sabre.streams`` holds the parameters, the position and S_G's
-generating window and EMDs.  An advance (:func:`advance`):
+keeps that numbering in ``sabre.stream_rows`` (insert-only).  ``sabre.streams`` holds the
+parameters, the position and the state of the rows still inside windows: the rows published
+ahead of their window (``ahead``; every row before the next window is published, Theorem 6)
+and S_G (its rows, classes, EMDs and generating window).  An advance (:func:`advance`):
 
 1. takes the stream's advisory lock (concurrent advances of one stream serialize);
 2. numbers the rows that arrived since (**late-row rule**: every row not yet numbered whose
    arrival is at or after the arrival of the current window's first row joins the next step,
    in (arrival, key) order; an older one is never published and ``verify`` reports it as late);
-3. for each window whose step has arrived: reads the window's rows with the **same stages** as
-   ``sabre_anonymize`` (``request``, ``scan``: the window is the relation the stages read, so
-   its SA summary gives the window's own domain and normalization), runs
+3. for each window whose step has arrived: copies the window's rows into a temporary table and
+   reads them with the **same stages** as ``sabre_anonymize`` (``request``, ``scan``: the
+   window is the relation the stages read, so its SA summary gives the window's own domain and
+   normalization), runs
    :func:`sabre_pg.core.window.advance` (the three cases), and appends the published classes
    to ``<output>``, ``<output>_classes`` and ``<output>_keys`` with ``publish``'s builders;
 4. updates the state and logs the advance in ``sabre.stream_advances``.
@@ -24,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import time
+from contextlib import contextmanager
 from decimal import Decimal
 
 import numpy as np
@@ -33,18 +37,17 @@ from sabre_pg.core.emd import SADomain
 from sabre_pg.core.exact_emd import ClassEMDs
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.sabre import QuasiIdentifier
-from sabre_pg.core.stopwatch import Stopwatch
 
 from . import common as C
 from . import errors as E
 from . import publish, request, scan
-from .transfer import decode_array
 
 LOCK_CLASS = 0x5AB2F                  # first key of a stream's advisory lock (stream_id the second)
 NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh")
 ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz")
 EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
          ("published_at", "timestamptz"))
+WINDOW_TABLE = "pg_temp.sabre_w_window"
 WINDOW_HINT = ("window_size (omega) and step (I) count rows; window_size must be a multiple of step, "
                "and step at least k, e.g. window_size => 20000, step => 5000.")
 
@@ -227,21 +230,25 @@ def number_rows(plpy, s, req):
 def window_state(plpy, s, window):
     """(keys, published, S_G classes) of the window's rows, in row order."""
     r = plpy.execute(
-        "SELECT pg_catalog.array_agg(r.key ORDER BY r.row_no) AS keys, %s AS pub, %s AS sg FROM %s AS r "
+        "SELECT pg_catalog.array_agg(r.key ORDER BY r.row_no) AS keys FROM %s AS r "
         "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
-            "pg_catalog.string_agg(pg_catalog.int8send(r.published::int::int8), ''::bytea ORDER BY r.row_no)",
-            "pg_catalog.string_agg(pg_catalog.int8send(COALESCE(r.sg_class, -1)::int8), ''::bytea ORDER BY r.row_no)",
             C.catalog("stream_rows"), s["stream_id"], window.first, window.last))[0]
-    n = window.size
     keys = list(r["keys"] or [])
-    if len(keys) != n:
-        raise E.SabreError(E.INTERNAL, "the state of window %d..%d has %d rows" % (window.first, window.last, len(keys)),
-                           "The stream's state is inconsistent: drop and create the stream again.")
-    return keys, decode_array(r["pub"], "int8", n).astype(bool), decode_array(r["sg"], "int8", n)
+    ahead = np.asarray(s["ahead"] or [], dtype=np.int64) - window.first
+    sg_rows = np.asarray(s["sg_rows"] or [], dtype=np.int64) - window.first
+    if len(keys) != window.size or ((ahead < 0) | (ahead >= window.size)).any() or \
+            ((sg_rows < 0) | (sg_rows >= window.size)).any():
+        raise E.SabreError(E.INTERNAL, "the state of window %d..%d is inconsistent" % (window.first, window.last),
+                           "Drop the stream and create it again; sabre_stream_verify checks its output.")
+    published = np.zeros(window.size, dtype=bool)
+    published[ahead] = True
+    sg = np.full(window.size, -1, dtype=np.int64)
+    sg[sg_rows] = np.asarray(s["sg_classes"] or [], dtype=np.int64)
+    return keys, published, sg
 
 
 def window_relation(s, req, window) -> str:
-    """The window's rows as the relation the stages read (in place of the source's name)."""
+    """The window's rows (the source's rows numbered window.first..window.last), as SQL."""
     return ("(SELECT s.* FROM %s AS s JOIN %s AS r ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
             "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d)" % (
                 req.source["qname"], C.catalog("stream_rows"), C.ident(req.key.name), req.key.col["type"],
@@ -250,8 +257,11 @@ def window_relation(s, req, window) -> str:
 
 def read_window(plpy, s, req, window, keys):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
-    QIs, SA codes, domain, per-attribute data, keys as read)."""
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=window_relation(s, req, window)))
+    QIs, SA codes, per-attribute data).  The window's rows are copied once into a temporary
+    table, which takes the source's place in the request: the stages read it as the relation."""
+    plpy.execute("DROP TABLE IF EXISTS %s" % WINDOW_TABLE)
+    plpy.execute("CREATE TEMP TABLE %s AS %s" % (WINDOW_TABLE, window_relation(s, req, window)[1:-1]))
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=WINDOW_TABLE))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
@@ -280,68 +290,89 @@ def row_order(req, state_keys, read_keys) -> np.ndarray:
     return np.array([position[k] for k in state_keys], dtype=np.int64)
 
 
+@contextmanager
+def timed(phases: dict, name: str):
+    """Add the block's wall time to ``phases[name]`` (an advance's phases: state, read,
+    engine, publish, save)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+
+
 def one_advance(plpy, s, req):
     """One window advance (the three cases), published and recorded; its result row."""
-    clock = Stopwatch()
-    with clock.phase("total"):
-        a = s["advances"] + 1
-        window = W.window_of(a, s["window_size"], s["step"])
+    phases = {}
+    a = s["advances"] + 1
+    window = W.window_of(a, s["window_size"], s["step"])
+    with timed(phases, "state"):
         keys, published, sg_classes = window_state(plpy, s, window)
-        sg = W.SG(sg_classes, np.asarray(s["sg_emds"] or [], dtype=np.float64),
-                  None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
-        if published[:window.step].all():
-            result, read = W.Advance(W.SKIP, None, None, sg), None
-        else:
+    sg = W.SG(sg_classes, np.asarray(s["sg_emds"] or [], dtype=np.float64),
+              None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
+    result, read = W.Advance(W.SKIP, None, None, sg), None
+    if not published[:window.step].all():
+        with timed(phases, "read"):
             read = read_window(plpy, s, req, window, keys)
-            wreq, summary, hierarchies, qis, codes, columns = read
-            try:
-                result = W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k,
-                                   W.sabre_partition(req.method, req.options.seed, req.options.takeout,
-                                                     req.options.weights, req.options.lookahead))
-            except (ValueError, ArithmeticError) as e:
-                raise E.SabreError(E.INTERNAL, "SABRE_W advance %d failed: %s" % (a, e),
-                                   "Check the stream with sabre_stream_verify; report it if it persists.")
-        if result.publication is not None:
+        with timed(phases, "engine"):
+            result = engine(req, window, read, published, sg, a)
+    if result.publication is not None:
+        with timed(phases, "publish"):
             append(plpy, s, req, read, keys, window, a, result.publication)
-        save(plpy, s, window, published, sg_classes, result)
-    seconds = clock.phases["total"]
+    with timed(phases, "save"):
+        save(plpy, s, window, published, result)
+        if read is not None:
+            plpy.execute("DROP TABLE %s" % WINDOW_TABLE)
+    seconds = sum(phases.values())
     p = result.publication
     row = (a, result.case, None if result.d is None else float(result.d), result.rows, result.classes,
            None if p is None else p.max_emd, seconds)
     plpy.execute(plpy.prepare(
         "INSERT INTO %s (stream_id, advance_no, case_no, d, rows, classes, max_emd, window_first, window_last, "
-        "seconds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)" % C.catalog("stream_advances"),
-        ["int8", "int8", "int4", "float8", "int8", "int8", "float8", "int8", "int8", "float8"]),
-        [s["stream_id"]] + list(row[:6]) + [window.first, window.last, seconds])
+        "seconds, phases) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)" % C.catalog("stream_advances"),
+        ["int8", "int8", "int4", "float8", "int8", "int8", "float8", "int8", "int8", "float8", "text"]),
+        [s["stream_id"]] + list(row[:6]) + [window.first, window.last, seconds, json.dumps({k: round(v, 6) for k, v in phases.items()})])
     return row
 
 
-def save(plpy, s, window, published, old_sg, result):
-    """The state after an advance: rows newly published and S_G (replaced by a DIRECT, emptied
-    by an INDIRECT; it lies inside the window) in one UPDATE of the rows that change; the
-    position."""
-    s["advances"] += 1
-    if result.case != W.SKIP:
-        now = published.copy()
+def engine(req, window, read, published, sg, a):
+    """The core's advance on the window read (SABRE with the request's method and options)."""
+    wreq, summary, hierarchies, qis, codes, columns = read
+    try:
+        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k,
+                         W.sabre_partition(req.method, req.options.seed, req.options.takeout,
+                                           req.options.weights, req.options.lookahead))
+    except (ValueError, ArithmeticError) as e:
+        raise E.SabreError(E.INTERNAL, "SABRE_W advance %d failed: %s" % (a, e),
+                           "Check the stream with sabre_stream_verify; report it if it persists.")
+
+
+def save(plpy, s, window, published, result):
+    """The state after an advance: the rows published ahead of the next window, S_G (replaced
+    by a DIRECT, emptied by an INDIRECT) and the position.  Every expiring row must be
+    published by now (Theorem 6), else the advance fails."""
+    now = published.copy()
+    if result.publication is not None:
         now[result.publication.rows] = True
-        changed = np.flatnonzero((now != published) | (result.sg.classes != old_sg))
-        plpy.execute(plpy.prepare(
-            "UPDATE %s AS r SET published = u.p, sg_class = NULLIF(u.c, -1) FROM ROWS FROM (pg_catalog.unnest($1::int8[]), "
-            "pg_catalog.unnest($2::bool[]), pg_catalog.unnest($3::int4[])) AS u(row_no, p, c) WHERE r.stream_id = $4 AND r.row_no = u.row_no"
-            % C.catalog("stream_rows"), ["int8[]", "bool[]", "int4[]", "int8"]),
-            [window.rows[changed].tolist(), now[changed].tolist(), result.sg.classes[changed].tolist(),
-             s["stream_id"]])
+        s["next_ec"] += result.publication.n_classes
+    if not now[:window.step].all():
+        raise E.SabreError(E.INTERNAL, "advance %d leaves expiring rows unpublished" % (s["advances"] + 1),
+                           "The stream's state is inconsistent: drop and create it again.")
+    s["advances"] += 1
+    s["ahead"] = (window.first + np.flatnonzero(now[window.step:]) + window.step).tolist()
+    if result.case != W.SKIP:
+        held = np.flatnonzero(result.sg.classes >= 0)
+        s["sg_rows"], s["sg_classes"] = (window.first + held).tolist(), result.sg.classes[held].tolist()
         g = result.sg.window
         s["sg_first"], s["sg_last"] = (None, None) if g is None else (g.first, g.last)
         s["sg_emds"] = result.sg.emds.tolist()
-    if result.publication is not None:
-        s["next_ec"] += result.publication.n_classes
     plpy.execute(plpy.prepare(
-        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, last_case = $6, "
-        "last_advance_at = pg_catalog.now() WHERE stream_id = $7" % C.catalog("streams"),
-        ["int8", "int8", "int8", "int8", "float8[]", "int4", "int8"]),
-        [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []), result.case,
-         s["stream_id"]])
+        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, sg_rows = $6, "
+        "sg_classes = $7, ahead = $8, last_case = $9, last_advance_at = pg_catalog.now() WHERE stream_id = $10"
+        % C.catalog("streams"), ["int8", "int8", "int8", "int8", "float8[]", "int8[]", "int4[]", "int8[]", "int4",
+                                 "int8"]),
+        [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []),
+         list(s["sg_rows"] or []), list(s["sg_classes"] or []), s["ahead"], result.case, s["stream_id"]])
 
 
 def run(plpy, statement):
@@ -399,19 +430,15 @@ def status(plpy, name):
     req = stream_request(plpy, s)
     arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
                                                                                req.row_filter()))[0]["n"]
-    r = plpy.execute(
-        "SELECT pg_catalog.count(*) FILTER (WHERE r.published) AS published, "
-        "pg_catalog.count(*) FILTER (WHERE NOT r.published) AS pending, "
-        "pg_catalog.count(*) FILTER (WHERE r.sg_class IS NOT NULL) AS sg_rows FROM %s AS r WHERE r.stream_id = %d"
-        % (C.catalog("stream_rows"), s["stream_id"]))[0]
     window = W.window_of(s["advances"] + 1, s["window_size"], s["step"])
+    published = window.first - 1 + len(s["ahead"] or [])
     lag = plpy.execute(plpy.prepare("SELECT pg_catalog.now() OPERATOR(pg_catalog.-) $1::timestamptz AS lag",
                                     ["timestamptz"]), [s["last_advance_at"]])[0]["lag"] \
         if s["last_advance_at"] is not None else None
     # rows not yet numbered join the stream at the next advance
     ready = W.advances_ready(max(arrived, s["numbered"]), s["advances"], s["window_size"], s["step"])
     return [(name, req.output.qualified(), s["advances"], window.first, window.last, s["numbered"], arrived,
-             r["published"], r["pending"], len(s["sg_emds"] or []), r["sg_rows"], s["last_case"],
+             published, s["numbered"] - published, len(s["sg_emds"] or []), len(s["sg_rows"] or []), s["last_case"],
              s["last_advance_at"], ready, lag, s["cron_job"])]
 
 

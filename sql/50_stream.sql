@@ -2,8 +2,8 @@
 -- table, advanced by calls or by pg_cron jobs.  Thin PL/Python wrappers around
 -- sabre_plpy.stream and sabre_plpy.schedule (docs/streams.md).  Idempotent.
 --
--- State (row numbering, unpublished rows and S_G, the log of advances) lives in three tables
--- of this schema.  Each row carries its owner; row-level security lets a role see and change
+-- State (row numbering, the rows published ahead of their window, S_G, the log of advances)
+-- lives in three tables of this schema.  Each row carries its owner; row-level security lets a role see and change
 -- only its own streams, as for sabre.runs.  The tables are logged: a crash keeps the state of
 -- the last committed advance.
 
@@ -36,6 +36,10 @@ CREATE TABLE IF NOT EXISTS @schema@.streams (
     sg_first          bigint,                 -- S_G's generating window (the last DIRECT's)
     sg_last           bigint,
     sg_emds           double precision[] NOT NULL DEFAULT '{}',   -- EMD of each S_G class
+    sg_rows           bigint[] NOT NULL DEFAULT '{}',             -- rows of S_G, by row number
+    sg_classes        integer[] NOT NULL DEFAULT '{}',            -- their S_G class
+    ahead             bigint[] NOT NULL DEFAULT '{}',  -- rows published before their window came:
+                                                       -- row numbers >= the next window's first
     last_case         integer,
     last_advance_at   timestamptz,
     cron_job          bigint,                 -- pg_cron job of sabre_stream_schedule
@@ -49,14 +53,13 @@ CREATE TABLE IF NOT EXISTS @schema@.stream_rows (
     stream_id bigint NOT NULL REFERENCES @schema@.streams (stream_id) ON DELETE CASCADE,
     row_no    bigint NOT NULL,                -- arrival order, ties broken by the key
     key       text NOT NULL,                  -- the source key as text
-    published boolean NOT NULL DEFAULT false,
-    sg_class  integer,                        -- class of S_G holding the row, if any
     owner     name NOT NULL DEFAULT CURRENT_USER,
     PRIMARY KEY (stream_id, row_no)
 );
 CREATE INDEX IF NOT EXISTS stream_rows_key ON @schema@.stream_rows (stream_id, key);
 COMMENT ON TABLE @schema@.stream_rows IS
-    'Row numbering of each stream and the state of every numbered row (published, S_G class)';
+    'Row numbering of each stream (insert-only): rows below the next window''s first are published, '
+    'the others are published if listed in streams.ahead';
 
 CREATE TABLE IF NOT EXISTS @schema@.stream_advances (
     stream_id    bigint NOT NULL REFERENCES @schema@.streams (stream_id) ON DELETE CASCADE,
@@ -69,10 +72,12 @@ CREATE TABLE IF NOT EXISTS @schema@.stream_advances (
     window_first bigint NOT NULL,
     window_last  bigint NOT NULL,
     seconds      double precision NOT NULL,
+    phases       jsonb,                       -- seconds per phase (state, read, engine, publish, save)
     advanced_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     owner        name NOT NULL DEFAULT CURRENT_USER,
     PRIMARY KEY (stream_id, advance_no)
 );
+ALTER TABLE @schema@.stream_advances ADD COLUMN IF NOT EXISTS phases jsonb;   -- tables of earlier installs
 COMMENT ON TABLE @schema@.stream_advances IS 'The log of every advance of every stream';
 
 ALTER TABLE @schema@.streams ENABLE ROW LEVEL SECURITY;

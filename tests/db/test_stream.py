@@ -143,7 +143,7 @@ def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect):
     create(pg_conn)
     assert len(advance(pg_conn, max_advances=1)) == 1
     before = (status(pg_conn), scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w"),
-              scalar(pg_conn, "SELECT count(*) FROM sabre.stream_rows WHERE published"))
+              scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM sabre.streams"))
     blocker = pg_connect(autocommit=False)
     blocker.execute("LOCK TABLE admissions_sabre_w IN ACCESS EXCLUSIVE MODE")
     worker = pg_connect()
@@ -167,7 +167,7 @@ def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect):
     blocker.rollback()
     assert len(errors) == 1 and errors[0].sqlstate == "57014"
     after = (status(pg_conn), scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w"),
-             scalar(pg_conn, "SELECT count(*) FROM sabre.stream_rows WHERE published"))
+             scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM sabre.streams"))
     assert after[1:] == before[1:] and after[0]["advances"] == before[0]["advances"] == 1
     assert after[0]["numbered"] == before[0]["numbered"]
     assert [r["advance_no"] for r in advance(pg_conn)] == [2, 3]
@@ -277,7 +277,8 @@ def test_state_and_keys_are_owner_only(pg_conn, pg_connect):
     pg_conn.execute("CREATE ROLE stream_other LOGIN")
     pg_conn.execute("GRANT USAGE ON SCHEMA sabre TO stream_other")
     other = pg_connect(user="stream_other")
-    assert other.execute("UPDATE sabre.stream_rows SET published = false").rowcount == 0
+    assert other.execute("UPDATE sabre.stream_rows SET key = 'x'").rowcount == 0
+    assert other.execute("UPDATE sabre.streams SET ahead = '{}'").rowcount == 0
     assert other.execute("DELETE FROM sabre.streams").rowcount == 0
 
 
