@@ -205,23 +205,35 @@ def advance(plpy, name, max_advances=None):
     return out
 
 
+def horizon(plpy, s, req):
+    """The arrival of the current window's first row as text (None before the first numbering
+    or when that row was deleted: then every unnumbered row is a candidate)."""
+    if not s["numbered"]:
+        return None
+    first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
+    r = plpy.execute(
+        "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
+        "WHERE r.stream_id = %d AND r.row_no = %d" % (
+            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"), C.ident(req.key.name),
+            req.key.col["type"], s["stream_id"], first))
+    return r[0]["a"] if len(r) else None
+
+
 def number_rows(plpy, s, req):
-    """Give the rows not yet numbered the next row numbers (the late-row rule, module doc)."""
+    """Give the rows not yet numbered the next row numbers (the late-row rule, module doc).
+    The candidates are the rows from the horizon on; each is looked up in the numbering by its
+    key (an index probe: hash joins would read the whole numbering and source every advance)."""
     key, arrival = "s.%s" % C.ident(req.key.name), "s.%s" % C.ident(s["arrival"])
-    horizon = ""
-    if s["numbered"]:
-        first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
-        horizon = " AND %s OPERATOR(pg_catalog.>=) (SELECT %s FROM %s AS s JOIN %s AS r ON %s = r.key::%s " \
-                  "WHERE r.stream_id = %d AND r.row_no = %d)" % (
-                      arrival, arrival, req.source["qname"], C.catalog("stream_rows"), key,
-                      req.key.col["type"], s["stream_id"], first)
-    where = req.row_filter() or " WHERE true"
-    got = plpy.execute(
-        "INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER (ORDER BY %s, %s), "
-        "(%s)::pg_catalog.text FROM %s AS s%s%s AND NOT EXISTS (SELECT FROM %s AS r WHERE r.stream_id = %d "
-        "AND r.key = (%s)::pg_catalog.text)" % (
-            C.catalog("stream_rows"), s["stream_id"], s["numbered"], arrival, key, key, req.source["qname"],
-            where, horizon, C.catalog("stream_rows"), s["stream_id"], key))
+    since = horizon(plpy, s, req)
+    where = (req.row_filter() or " WHERE true") + ("" if since is None else " AND %s OPERATOR(pg_catalog.>=) $1::%s"
+                                                   % (arrival, req.columns[s["arrival"]]["type"]))
+    with C.settings(plpy, enable_hashjoin="off", enable_mergejoin="off"):
+        got = plpy.execute(plpy.prepare(
+            "INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER (ORDER BY %s, %s), "
+            "(%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r WHERE r.stream_id = %d "
+            "AND r.key OPERATOR(pg_catalog.=) (%s)::pg_catalog.text)" % (
+                C.catalog("stream_rows"), s["stream_id"], s["numbered"], arrival, key, key, req.source["qname"],
+                where, C.catalog("stream_rows"), s["stream_id"], key), ["text"]), [since])
     s["numbered"] += got.nrows()
     plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
         C.catalog("streams"), s["numbered"], s["stream_id"]))
@@ -247,20 +259,20 @@ def window_state(plpy, s, window):
     return keys, published, sg
 
 
-def window_relation(s, req, window) -> str:
-    """The window's rows (the source's rows numbered window.first..window.last), as SQL."""
-    return ("(SELECT s.* FROM %s AS s JOIN %s AS r ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
-            "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d)" % (
-                req.source["qname"], C.catalog("stream_rows"), C.ident(req.key.name), req.key.col["type"],
-                s["stream_id"], window.first, window.last))
+def copy_window(plpy, req, keys):
+    """The window's rows into :data:`WINDOW_TABLE`, found by their keys (``= ANY`` of the key
+    array: an index scan when the key is indexed, a hashed array otherwise)."""
+    plpy.execute("DROP TABLE IF EXISTS %s" % WINDOW_TABLE)
+    plpy.execute(plpy.prepare("CREATE TEMP TABLE %s AS SELECT s.* FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) "
+                              "ANY ($1::%s[])" % (WINDOW_TABLE, req.source["qname"], C.ident(req.key.name),
+                                                  req.key.col["type"]), ["text[]"]), [keys])
 
 
 def read_window(plpy, s, req, window, keys):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
     QIs, SA codes, per-attribute data).  The window's rows are copied once into a temporary
     table, which takes the source's place in the request: the stages read it as the relation."""
-    plpy.execute("DROP TABLE IF EXISTS %s" % WINDOW_TABLE)
-    plpy.execute("CREATE TEMP TABLE %s AS %s" % (WINDOW_TABLE, window_relation(s, req, window)[1:-1]))
+    copy_window(plpy, req, keys)
     wreq = dataclasses.replace(req, source=dict(req.source, qname=WINDOW_TABLE))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
