@@ -43,7 +43,7 @@ from . import errors as E
 from . import publish, request, scan
 
 LOCK_CLASS = 0x5AB2F                  # first key of a stream's advisory lock (stream_id the second)
-NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh")
+NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh", "labels")
 ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz")
 EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
          ("published_at", "timestamptz"))
@@ -188,20 +188,24 @@ def advance(plpy, name, max_advances=None):
     """sabre_stream_advance: number the new rows, then every advance whose step has arrived."""
     if max_advances is not None and max_advances < 0:
         raise E.invalid_parameter("max_advances must be >= 0", "NULL processes every complete step.")
-    s = load(plpy, name, lock=True)
-    if len(output_relations(plpy, s)) != 3:
-        raise E.not_in_prerequisite_state(
-            'the output relations of stream "%s" are missing or no longer carry its identity' % name,
-            "Drop the stream (sabre_stream_drop) and create it again.")
-    req = stream_request(plpy, s)
-    number_rows(plpy, s, req)
+    phases = {}                          # the call's own work counts in its first advance
+    with timed(phases, "validate"):
+        s = load(plpy, name, lock=True)
+        if len(output_relations(plpy, s)) != 3:
+            raise E.not_in_prerequisite_state(
+                'the output relations of stream "%s" are missing or no longer carry its identity' % name,
+                "Drop the stream (sabre_stream_drop) and create it again.")
+        req = stream_request(plpy, s)
+    with timed(phases, "number"):
+        number_rows(plpy, s, req)
     ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
     if max_advances is not None:
         ready = min(ready, max_advances)
     out = []
     with C.settings(plpy, work_mem="256MB"):
         for _ in range(ready):
-            out.append(one_advance(plpy, s, req))
+            out.append(one_advance(plpy, s, req, phases))
+            phases = {}
     return out
 
 
@@ -304,8 +308,8 @@ def row_order(req, state_keys, read_keys) -> np.ndarray:
 
 @contextmanager
 def timed(phases: dict, name: str):
-    """Add the block's wall time to ``phases[name]`` (an advance's phases: state, read,
-    engine, publish, save)."""
+    """Add the block's wall time to ``phases[name]`` (an advance's phases: validate and number
+    (the call's, in its first advance), state, read, engine, publish, save)."""
     started = time.perf_counter()
     try:
         yield
@@ -313,9 +317,9 @@ def timed(phases: dict, name: str):
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
 
 
-def one_advance(plpy, s, req):
-    """One window advance (the three cases), published and recorded; its result row."""
-    phases = {}
+def one_advance(plpy, s, req, phases):
+    """One window advance (the three cases), published and recorded; its result row.
+    ``phases``: seconds per phase so far (the call's validation and numbering, for its first)."""
     a = s["advances"] + 1
     window = W.window_of(a, s["window_size"], s["step"])
     with timed(phases, "state"):

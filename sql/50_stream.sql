@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS @schema@.stream_advances (
     window_first bigint NOT NULL,
     window_last  bigint NOT NULL,
     seconds      double precision NOT NULL,
-    phases       jsonb,                       -- seconds per phase (state, read, engine, publish, save)
+    phases       jsonb,                       -- seconds per phase (validate, number, state, read, engine, publish, save)
     advanced_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     owner        name NOT NULL DEFAULT CURRENT_USER,
     PRIMARY KEY (stream_id, advance_no)

@@ -339,3 +339,21 @@ def test_pg_cron_job_advances_the_stream(sabre_cluster):
         assert_clean(verify(conn), 200)
         conn.execute("SELECT sabre_stream_drop('adm_w', purge => true)")
         conn.execute("DROP TABLE admissions")
+
+
+def test_knn_categorical_sa_with_hierarchy_and_kept_column(pg_conn):
+    """SABRE-KNN, a text SA under a named hierarchy (hierarchical EMD), options.keep (the
+    output joined from the source): the same guarantees."""
+    pg_conn.execute("SELECT * FROM sabre_define_hierarchy('dx_h', $$a1;a;*\na2;a;*\nb1;b;*\nb2;b;*$$)")
+    pg_conn.execute("CREATE TABLE visits (id int PRIMARY KEY, age int NOT NULL, zip int NOT NULL, dx text NOT NULL, "
+                    "note text)")
+    pg_conn.execute("INSERT INTO visits SELECT g, 20 + g % 53, g % 31, (ARRAY['a1','a2','b1','b2'])[1 + (g * 7) % 4], "
+                    "'n' || g FROM generate_series(1, 600) g")
+    create(pg_conn, name="v_w", source="visits", qis=("age", "zip"), sensitive="dx", method="knn", window_size=200,
+           step=100, t=0.2, k=3, options='{"hierarchies": {"dx": "dx_h"}, "keep": ["note"]}')
+    assert len(advance(pg_conn, "v_w")) == 4
+    assert columns(pg_conn, "visits_sabre_w")[-6:] == ["dx", "note", "advance_no", "window_first", "window_last",
+                                                        "published_at"]
+    assert scalar(pg_conn, "SELECT count(*) FROM visits_sabre_w o JOIN visits_sabre_w_keys k USING (ec_id) "
+                           "JOIN visits v ON v.id = k.key WHERE v.note = o.note") > 0
+    assert_clean(verify(pg_conn, "v_w"), 400)
