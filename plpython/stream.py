@@ -196,13 +196,14 @@ def advance(plpy, name, max_advances=None):
                 'the output relations of stream "%s" are missing or no longer carry its identity' % name,
                 "Drop the stream (sabre_stream_drop) and create it again.")
         req = stream_request(plpy, s)
-    with timed(phases, "number"):
-        number_rows(plpy, s, req)
-    ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
-    if max_advances is not None:
-        ready = min(ready, max_advances)
     out = []
-    with C.settings(plpy, work_mem="256MB"):
+    # small statements over one window each: a parallel plan's start-up costs more than it saves
+    with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0):
+        with timed(phases, "number"):
+            number_rows(plpy, s, req)
+        ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
+        if max_advances is not None:
+            ready = min(ready, max_advances)
         for _ in range(ready):
             out.append(one_advance(plpy, s, req, phases))
             phases = {}
