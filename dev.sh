@@ -2,12 +2,12 @@
 # One entry point for a fresh Debian 12 machine and for CI:
 #   ./dev.sh demo [args]   set everything up, then run `sabre-pg demo` (embedded cluster unless a DSN is given)
 #   ./dev.sh test [args]   set everything up, then run pytest (default: -q tests)
-# Setup: apt packages (PostgreSQL 15 server + PL/Python + numpy for the backend's python3),
+# Setup: apt packages (PostgreSQL 15 server + PL/Python + pg_cron + numpy for the backend's python3),
 # a .venv with `pip install -e '.[test]'` (redone only when pyproject.toml changes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-APT_PACKAGES=(postgresql-15 postgresql-plpython3-15 python3-numpy python3-venv)
+APT_PACKAGES=(postgresql-15 postgresql-plpython3-15 postgresql-15-cron python3-numpy python3-venv)
 
 usage() {
     echo "usage: ./dev.sh demo [sabre-pg demo args] | ./dev.sh test [pytest args]" >&2

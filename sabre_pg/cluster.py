@@ -57,6 +57,20 @@ SERVER_SETTINGS = {
 }
 
 
+def cron_settings(dbname: str) -> dict:
+    """pg_cron's settings when its library is installed (Debian postgresql-15-cron): preloaded,
+    its jobs (``sabre_stream_schedule``, ``sabre_schedule_refresh``) run in the cluster's
+    database as background workers, so their connections need no password."""
+    try:
+        installed = (find_bindir().parent / "lib" / "pg_cron.so").is_file()
+    except ClusterError:
+        installed = False
+    if not installed:
+        return {}
+    return {"shared_preload_libraries": "'pg_cron'", "cron.database_name": "'%s'" % dbname,
+            "cron.use_background_workers": "on"}
+
+
 IDENT_MAP = "sabre"
 HBA_TEMPLATE = """\
 # sabre-pg embedded cluster (written by sabre_pg.cluster): every connection authenticates.
@@ -274,7 +288,7 @@ class LocalCluster:
         self._write_auth_files()
         with open(self.pgdata / "postgresql.conf", "a") as f:
             f.write("\n# sabre-pg embedded cluster\n")
-            for key, value in SERVER_SETTINGS.items():
+            for key, value in {**SERVER_SETTINGS, **cron_settings(self.dbname)}.items():
                 f.write(f"{key} = {value}\n")
         self._write_state()
 
@@ -325,6 +339,10 @@ class LocalCluster:
         with psycopg.connect(self.dsn(dbname)) as conn:
             if not installer.is_current(conn, self.schema):
                 installer.install(conn, self.schema)
+            preloaded = conn.execute("SELECT current_setting('cron.database_name', true) = current_database()"
+                                     ).fetchone()[0]
+            if preloaded:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")
 
     def stop(self) -> bool:
         """Stop the server (fast shutdown). Returns False if it was not running."""

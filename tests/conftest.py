@@ -3,7 +3,8 @@
 Database fixtures (started lazily, only when a test asks for one):
 
 ``sabre_cluster``  session: a throwaway :class:`LocalCluster` under /tmp (fsync off,
-                   its own free port), stopped and deleted at the end.
+                   its own free port, pg_cron preloaded when installed, with its database
+                   ``cluster.dbname`` created empty), stopped and deleted at the end.
 ``pg_conn``        a psycopg connection (autocommit) to a fresh database of its own,
                    with sabre installed in schema ``sabre`` and
                    ``search_path = public, sabre`` (also set on the database, so
@@ -75,6 +76,10 @@ def _throwaway_cluster(prefix: str, port_base: int):
 def sabre_cluster():
     with _throwaway_cluster("sabre-pg-test-", TEST_PORT_BASE) as cluster:
         cluster.start(ensure_database=False)
+        # pg_cron (preloaded when installed, sabre_pg.cluster.cron_settings) runs its jobs in
+        # the cluster's own database: it must exist; test_stream installs sabre there
+        with psycopg.connect(cluster.dsn("postgres"), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(cluster.dbname)))
         yield cluster
 
 

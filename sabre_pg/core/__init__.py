@@ -13,6 +13,7 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``generalize``            EC generalization: ranges and LCAs
 ``metrics``               §3.2/§6 IL, AIL, closeness, discernibility, AECS
 ``sabre``                 the pipeline (Algorithm 1): ``SAPlan``, ``anonymize``
+``window``                §5 SABRE_W: windows, the three cases, S_G (``advance``, ``StreamRun``)
 ``stopwatch``             ``PHASES`` and the ``Stopwatch`` that times them
 ========================  =================================================
 """

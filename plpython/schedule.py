@@ -1,0 +1,122 @@
+"""Scheduled jobs through pg_cron (docs/streams.md, "Scheduling"): a stream's advances
+(``sabre_stream_schedule``) and the refresh of a batch output (``sabre_schedule_refresh``,
+which reruns the output's recorded ``sabre_anonymize`` call with its atomic replacement).
+
+pg_cron is found as an extension of the current database (its schema from ``pg_extension``);
+without it every call fails with a HINT on what to install and configure.  A job runs its
+command as the role that scheduled it, in this database.
+"""
+from __future__ import annotations
+
+from . import common as C
+from . import errors as E
+from . import stream as S
+
+INSTALL_HINT = ("Install pg_cron (Debian: apt-get install postgresql-15-cron), set shared_preload_libraries = "
+                "'pg_cron' and cron.database_name = '%s' in postgresql.conf (cron.use_background_workers = on "
+                "avoids a password for the jobs' connections), restart the server, then CREATE EXTENSION pg_cron "
+                "in this database. The sabre-pg embedded cluster is configured so.")
+
+
+def cron_schema(plpy) -> str:
+    """The schema of pg_cron's functions in this database (quoted; the extension's own
+    ``schedule`` function, found through pg_depend), or the install error."""
+    r = plpy.execute("SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d "
+                     "ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass "
+                     "AND d.refobjid OPERATOR(pg_catalog.=) e.oid "
+                     "AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass "
+                     "JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid "
+                     "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace "
+                     "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_cron' AND p.proname OPERATOR(pg_catalog.=) 'schedule' "
+                     "LIMIT 1")
+    if not len(r):
+        db = plpy.execute("SELECT pg_catalog.current_database() AS db")[0]["db"]
+        raise E.not_in_prerequisite_state("pg_cron is not installed in database %s" % C.ident(db), INSTALL_HINT % db)
+    return C.ident(r[0]["nspname"])
+
+
+def schedule_job(plpy, job_name, cron, command) -> int:
+    """A pg_cron job running ``command`` on the ``cron`` schedule; its id."""
+    if cron is None or not str(cron).strip():
+        raise E.invalid_parameter("cron must be a schedule", "For example '*/5 * * * *' (every five minutes).")
+    schema = cron_schema(plpy)
+    try:
+        with plpy.subtransaction():
+            return plpy.execute(plpy.prepare("SELECT %s.schedule($1, $2, $3) AS job" % schema,
+                                             ["text", "text", "text"]), [job_name, cron, command])[0]["job"]
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) == E.INSUFFICIENT_PRIVILEGE:
+            raise E.insufficient_privilege("pg_cron refused the job: %s" % e,
+                                           "GRANT USAGE ON SCHEMA cron TO the role that schedules jobs.")
+        raise E.invalid_parameter("pg_cron refused the schedule %s: %s" % (C.ident(cron), e),
+                                  "Use a cron expression such as '*/5 * * * *' (pg_cron 1.4 schedules by the minute).")
+
+
+def unschedule_job(plpy, job) -> bool:
+    """Remove job ``job`` (False if pg_cron no longer has it)."""
+    schema = cron_schema(plpy)
+    try:
+        with plpy.subtransaction():
+            plpy.execute(plpy.prepare("SELECT %s.unschedule($1::bigint)" % schema, ["int8"]), [job])
+        return True
+    except plpy.SPIError:
+        return False
+
+
+@E.entry_point
+def stream(plpy, name, cron):
+    """sabre_stream_schedule: a job calling sabre_stream_advance(name); replaces a previous one."""
+    s = S.load(plpy, name, lock=True)
+    command = "SELECT * FROM %s(%s)" % (C.catalog("sabre_stream_advance"), plpy.quote_literal(name))
+    if s["cron_job"] is not None:
+        unschedule_job(plpy, s["cron_job"])
+    job = schedule_job(plpy, "sabre_stream_%d" % s["stream_id"], cron, command)
+    plpy.execute("UPDATE %s SET cron_job = %d WHERE stream_id = %d" % (C.catalog("streams"), job, s["stream_id"]))
+    return job
+
+
+@E.entry_point
+def unschedule_stream(plpy, name):
+    """sabre_stream_unschedule: False when the stream had no job."""
+    s = S.load(plpy, name, lock=True)
+    if s["cron_job"] is None:
+        return False
+    unschedule_job(plpy, s["cron_job"])
+    plpy.execute("UPDATE %s SET cron_job = NULL WHERE stream_id = %d" % (C.catalog("streams"), s["stream_id"]))
+    return True
+
+
+def recorded_run(plpy, output) -> dict:
+    """The caller's last recorded run whose output is ``output`` (an OID or a qualified name)."""
+    rel = C.resolve_relation(plpy, output)
+    r = plpy.execute(plpy.prepare(
+        "SELECT r.* FROM %s AS o JOIN %s AS r ON r.run_id OPERATOR(pg_catalog.=) o.run_id "
+        "WHERE o.output::pg_catalog.oid OPERATOR(pg_catalog.=) $1 ORDER BY r.run_id DESC LIMIT 1"
+        % (C.catalog("outputs"), C.catalog("runs")), ["oid"]), [rel["oid"]])
+    if not len(r):
+        raise E.SabreError(E.UNDEFINED_OBJECT, "%s is not the output of one of your recorded runs" % rel["qname"],
+                           "Only outputs of sabre_anonymize (sabre.outputs lists yours) can be refreshed.")
+    return dict(r[0], qname=rel["qname"])
+
+
+@E.entry_point
+def refresh_job(plpy, output, cron):
+    """sabre_schedule_refresh: a job calling sabre_refresh on the output's qualified name."""
+    run = recorded_run(plpy, output)
+    command = "SELECT * FROM %s(%s)" % (C.catalog("sabre_refresh"), plpy.quote_literal(run["qname"]))
+    return schedule_job(plpy, "sabre_refresh_%s" % run["qname"], cron, command)
+
+
+@E.entry_point
+def refresh(plpy, output):
+    """sabre_refresh: rerun the recorded call (source, attributes, t, k, method, options)."""
+    if output is None:
+        raise E.null_not_allowed("output must not be NULL", "Pass the output's qualified name.")
+    run = recorded_run(plpy, output)
+    rows = plpy.execute(plpy.prepare(
+        "SELECT * FROM %s($1, NULL, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize_impl"),
+        ["oid", "text[]", "text", "float8", "int4", "text", "text", "text"]),
+        [run["source_oid"], run["quasi_identifiers"], run["sensitive"], run["t"], run["k"], run["method"],
+         run["output_name"], run["options"]])
+    return [tuple(r[c] for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail",
+                                 "seconds")) for r in rows]

@@ -1,0 +1,586 @@
+"""SABRE_W in the database (§5; docs/streams.md): a stream over an append-only table.
+
+The stream numbers the source's rows 1, 2, … in arrival order (ties broken by the key) and
+keeps that numbering in ``sabre.stream_rows`` (insert-only).  ``sabre.streams`` holds the
+parameters, the position and the state of the rows still inside windows: the rows published
+ahead of their window (``ahead``; every row before the next window is published, Theorem 6)
+and S_G (its rows, classes, EMDs and generating window).  An advance (:func:`advance`):
+
+1. takes the stream's advisory lock (concurrent advances of one stream serialize);
+2. numbers the rows that arrived since (**late-row rule**: every row not yet numbered whose
+   arrival is at or after the arrival of the current window's first row joins the next step,
+   in (arrival, key) order; an older one is never published and ``verify`` reports it as late);
+3. for each window whose step has arrived: copies the window's rows into a temporary table and
+   reads them with the **same stages** as ``sabre_anonymize`` (``request``, ``scan``: the
+   window is the relation the stages read, so its SA summary gives the window's own domain and
+   normalization), runs
+   :func:`sabre_pg.core.window.advance` (the three cases), and appends the published classes
+   to ``<output>``, ``<output>_classes`` and ``<output>_keys`` with ``publish``'s builders;
+4. updates the state and logs the advance in ``sabre.stream_advances``.
+
+Everything happens in the caller's transaction: an error, a cancel or a crash leaves the state
+of the previous call.  Every function runs with ``search_path = pg_catalog, pg_temp``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import time
+from contextlib import contextmanager
+from decimal import Decimal
+
+import numpy as np
+
+from sabre_pg.core import window as W
+from sabre_pg.core.emd import SADomain
+from sabre_pg.core.exact_emd import ClassEMDs
+from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.sabre import QuasiIdentifier
+
+from . import common as C
+from . import errors as E
+from . import publish, request, scan
+
+LOCK_CLASS = 0x5AB2F                  # first key of a stream's advisory lock (stream_id the second)
+NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh", "labels")
+ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz")
+EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
+         ("published_at", "timestamptz"))
+WINDOW_TABLE = "pg_temp.sabre_w_window"
+WINDOW_HINT = ("window_size (omega) and step (I) count rows; window_size must be a multiple of step, "
+               "and step at least k, e.g. window_size => 20000, step => 5000.")
+
+
+# ---------------------------------------------------------------------------- the stream
+def load(plpy, name, lock=False) -> dict:
+    """The caller's stream ``name`` (its ``sabre.streams`` row); with ``lock``, after taking
+    its advisory lock, so the row read is the last committed advance's."""
+    if name is None:
+        raise E.null_not_allowed("name must not be NULL", "Pass the stream's name.")
+    query = "SELECT * FROM %s WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) CURRENT_USER" \
+        % C.catalog("streams")
+    rows = plpy.execute(plpy.prepare(query, ["text"]), [name])
+    if not len(rows):
+        raise E.SabreError(E.UNDEFINED_OBJECT, 'stream "%s" does not exist' % name,
+                           "Create it with sabre_stream_create; SELECT name FROM sabre.streams lists yours.")
+    if lock:
+        plpy.execute("SELECT pg_catalog.pg_advisory_xact_lock(%d, %d)" % (LOCK_CLASS, rows[0]["stream_id"]))
+        rows = plpy.execute(plpy.prepare(query, ["text"]), [name])
+    return dict(rows[0])
+
+
+def stream_request(plpy, s) -> request.Request:
+    """The stream's arguments checked again by the request stage (the source may have changed)."""
+    return request.build(plpy, s["source_oid"], None, list(s["quasi_identifiers"]), s["sensitive"], s["t"],
+                         s["k"], s["method"], C.qname(None, s["output_schema"], s["output_name"]),
+                         s["options"])
+
+
+def output_relations(plpy, s) -> list:
+    """The stream's output relations by their recorded OIDs, each still carrying its identity."""
+    found = plpy.execute(plpy.prepare(
+        "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
+        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE pg_catalog.strpos(COALESCE(pg_catalog.obj_description("
+        "c.oid, 'pg_class'), ''), $2) OPERATOR(pg_catalog.>) 0", ["oid[]", "text"]),
+        [s["relation_oids"], s["identity"]])
+    return [r["oid"] for r in found]
+
+
+# ---------------------------------------------------------------------------- create
+@E.entry_point
+def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, window_size, step,
+           method, output, options):
+    """sabre_stream_create: every check, the stream's row and its (empty) output relations."""
+    if name is None or not str(name).strip():
+        raise E.invalid_parameter("the stream needs a name", "For example name => 'admissions_w'.")
+    src = C.resolve_relation(plpy, source)
+    if output is None:
+        output = C.qname(None, src["nspname"], src["relname"] + "_sabre_w")
+    req = request.build(plpy, source, None, quasi_identifiers, sensitive, t, k, method, output, options)
+    refused = [o for o in NOT_FOR_STREAMS if o in req.options.given]
+    if refused:
+        raise E.invalid_parameter("options.%s does not apply to streams" % refused[0],
+                                  "A stream's output is append-only: it is never replaced.")
+    try:
+        omega, step = W.check_window(window_size, step, req.k)
+    except ValueError as e:
+        raise E.invalid_parameter(str(e), WINDOW_HINT)
+    check_arrival(req, arrival)
+    if len(plpy.execute(plpy.prepare(
+            "SELECT 1 FROM %s WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) CURRENT_USER"
+            % C.catalog("streams"), ["text"]), [name])):
+        raise E.SabreError("42710", 'stream "%s" already exists' % name,
+                           "Choose another name, or drop it first with sabre_stream_drop.")
+    for suffix in ("", "_classes", "_keys"):
+        if plpy.execute(plpy.prepare("SELECT pg_catalog.to_regclass($1) AS r", ["text"]),
+                        [req.output.qualified(suffix)])[0]["r"] is not None:
+            raise E.duplicate_table("relation %s already exists" % req.output.qualified(suffix),
+                                    "A stream creates its output: choose another output name.")
+    identity = secrets.token_hex(16)
+    oids = create_outputs(plpy, req, name, identity)
+    plpy.execute(plpy.prepare(
+        "INSERT INTO %s (name, source, source_oid, arrival, key, quasi_identifiers, sensitive, t, k, window_size, "
+        "step, method, options, output_schema, output_name, relation_oids, identity) VALUES ($1, $2, $3, $4, $5, "
+        "$6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $17)" % C.catalog("streams"),
+        ["text", "text", "oid", "text", "text", "text[]", "text", "float8", "int4", "int4", "int4", "text", "text",
+         "name", "name", "oid[]", "text"]),
+        [name, req.source["qname"], req.source["oid"], arrival, req.key.name, [a.name for a in req.qis],
+         req.sa.name, req.t, req.k, omega, step, req.method, json.dumps(req.options.given), req.output.schema,
+         req.output.name, oids, identity])
+    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
+                                                                               req.row_filter()))[0]["n"]
+    return [(name, req.output.qualified(), omega, step, arrived, W.advances_ready(arrived, 0, omega, step))]
+
+
+def check_arrival(req, arrival):
+    """The arrival column: exists, orders rows (integer, numeric, date, timestamp) and is NOT NULL."""
+    if arrival is None or arrival not in req.columns:
+        raise E.undefined_column('arrival column "%s" does not exist in the source' % arrival,
+                                 "Name the column that gives the arrival order, e.g. a bigint identity or "
+                                 "a timestamp; ties are broken by the key.")
+    col = req.columns[arrival]
+    if col["typname"] not in ARRIVAL_TYPES:
+        raise E.datatype_mismatch('arrival column "%s" has type %s, which gives no arrival order' % (
+            arrival, col["type"]), "Use a bigint identity, a sequence-filled integer or a timestamp column.")
+    if not col["notnull"]:
+        raise E.null_not_allowed('arrival column "%s" is nullable' % arrival,
+                                 "A row without an arrival has no place in the stream: ALTER TABLE ... ALTER "
+                                 "COLUMN %s SET NOT NULL (a view: stream from its table)." % C.ident(arrival))
+
+
+def output_columns(req) -> tuple[list, list]:
+    """(columns of <output>, columns of <output>_classes) as (name, SQL type), the extra
+    stream columns last."""
+    generalized = [(c, a.col["type"] if a.numerical else "text") for a in req.qis for c in a.published_as()]
+    out = [("ec_id", "int8")] + generalized + [(req.sa.name, req.sa.col["type"])] + \
+        [(c, req.columns[c]["type"]) for c in req.options.keep] + list(EXTRA)
+    classes = [("ec_id", "int8"), ("size", "int8"), ("emd", "float8")] + generalized + list(EXTRA)
+    return out, classes
+
+
+def create_outputs(plpy, req, name, identity) -> list:
+    """<output>, <output>_classes (PRIMARY KEY ec_id) and the owner-only <output>_keys, empty,
+    each with the stream's identity in its COMMENT; returns their OIDs."""
+    out, classes = output_columns(req)
+    keys = [("key", req.key.col["type"]), ("row_no", "int8"), ("ec_id", "int8"), ("advance_no", "int8"),
+            ("row_hash", "text")]
+    texts = {"": "sabre-pg stream %s: %s published with SABRE_W" % (name, req.source["qname"]),
+             "_classes": "sabre-pg stream %s: equivalence classes" % name,
+             "_keys": "sabre-pg stream %s: source key -> row number, equivalence class" % name}
+    oids = []
+    for suffix, columns in (("", out), ("_classes", classes), ("_keys", keys)):
+        table = req.output.qualified(suffix)
+        plpy.execute("CREATE TABLE %s (%s)" % (table, ", ".join("%s %s" % (C.ident(c), t) for c, t in columns)))
+        plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(
+            "%s (sabre-pg stream identity %s)" % (texts[suffix], identity))))
+        oids.append(plpy.execute(plpy.prepare("SELECT $1::pg_catalog.regclass::pg_catalog.oid AS o", ["text"]),
+                                 [table])[0]["o"])
+    plpy.execute("ALTER TABLE %s ADD PRIMARY KEY (ec_id)" % req.output.qualified("_classes"))
+    plpy.execute("CREATE INDEX ON %s (row_no)" % req.output.qualified("_keys"))
+    publish.owner_only(plpy, req.output.qualified("_keys"))
+    return oids
+
+
+# ---------------------------------------------------------------------------- advance
+@E.entry_point
+def advance(plpy, name, max_advances=None):
+    """sabre_stream_advance: number the new rows, then every advance whose step has arrived."""
+    if max_advances is not None and max_advances < 0:
+        raise E.invalid_parameter("max_advances must be >= 0", "NULL processes every complete step.")
+    phases = {}                          # the call's own work counts in its first advance
+    with timed(phases, "validate"):
+        s = load(plpy, name, lock=True)
+        if len(output_relations(plpy, s)) != 3:
+            raise E.not_in_prerequisite_state(
+                'the output relations of stream "%s" are missing or no longer carry its identity' % name,
+                "Drop the stream (sabre_stream_drop) and create it again.")
+        req = stream_request(plpy, s)
+    out = []
+    # small statements over one window each: a parallel plan's start-up costs more than it saves
+    with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0):
+        with timed(phases, "number"):
+            number_rows(plpy, s, req)
+        ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
+        if max_advances is not None:
+            ready = min(ready, max_advances)
+        for _ in range(ready):
+            out.append(one_advance(plpy, s, req, phases))
+            phases = {}
+    return out
+
+
+def horizon(plpy, s, req):
+    """The arrival of the current window's first row as text (None before the first numbering
+    or when that row was deleted: then every unnumbered row is a candidate)."""
+    if not s["numbered"]:
+        return None
+    first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
+    r = plpy.execute(
+        "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
+        "WHERE r.stream_id = %d AND r.row_no = %d" % (
+            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"), C.ident(req.key.name),
+            req.key.col["type"], s["stream_id"], first))
+    return r[0]["a"] if len(r) else None
+
+
+def number_rows(plpy, s, req):
+    """Give the rows not yet numbered the next row numbers (the late-row rule, module doc).
+    The candidates are the rows from the horizon on; each is looked up in the numbering by its
+    key (an index probe: hash joins would read the whole numbering and source every advance)."""
+    key, arrival = "s.%s" % C.ident(req.key.name), "s.%s" % C.ident(s["arrival"])
+    since = horizon(plpy, s, req)
+    where = (req.row_filter() or " WHERE true") + ("" if since is None else " AND %s OPERATOR(pg_catalog.>=) $1::%s"
+                                                   % (arrival, req.columns[s["arrival"]]["type"]))
+    with C.settings(plpy, enable_hashjoin="off", enable_mergejoin="off"):
+        got = plpy.execute(plpy.prepare(
+            "INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER (ORDER BY %s, %s), "
+            "(%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r WHERE r.stream_id = %d "
+            "AND r.key OPERATOR(pg_catalog.=) (%s)::pg_catalog.text)" % (
+                C.catalog("stream_rows"), s["stream_id"], s["numbered"], arrival, key, key, req.source["qname"],
+                where, C.catalog("stream_rows"), s["stream_id"], key), ["text"]), [since])
+    s["numbered"] += got.nrows()
+    plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
+        C.catalog("streams"), s["numbered"], s["stream_id"]))
+
+
+def window_state(plpy, s, window):
+    """(keys, published, S_G classes) of the window's rows, in row order."""
+    r = plpy.execute(
+        "SELECT pg_catalog.array_agg(r.key ORDER BY r.row_no) AS keys FROM %s AS r "
+        "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
+            C.catalog("stream_rows"), s["stream_id"], window.first, window.last))[0]
+    keys = list(r["keys"] or [])
+    ahead = np.asarray(s["ahead"] or [], dtype=np.int64) - window.first
+    sg_rows = np.asarray(s["sg_rows"] or [], dtype=np.int64) - window.first
+    if len(keys) != window.size or ((ahead < 0) | (ahead >= window.size)).any() or \
+            ((sg_rows < 0) | (sg_rows >= window.size)).any():
+        raise E.SabreError(E.INTERNAL, "the state of window %d..%d is inconsistent" % (window.first, window.last),
+                           "Drop the stream and create it again; sabre_stream_verify checks its output.")
+    published = np.zeros(window.size, dtype=bool)
+    published[ahead] = True
+    sg = np.full(window.size, -1, dtype=np.int64)
+    sg[sg_rows] = np.asarray(s["sg_classes"] or [], dtype=np.int64)
+    return keys, published, sg
+
+
+def copy_window(plpy, req, keys):
+    """The window's rows into :data:`WINDOW_TABLE`, found by their keys (``= ANY`` of the key
+    array: an index scan when the key is indexed, a hashed array otherwise)."""
+    plpy.execute("DROP TABLE IF EXISTS %s" % WINDOW_TABLE)
+    plpy.execute(plpy.prepare("CREATE TEMP TABLE %s AS SELECT s.* FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) "
+                              "ANY ($1::%s[])" % (WINDOW_TABLE, req.source["qname"], C.ident(req.key.name),
+                                                  req.key.col["type"]), ["text[]"]), [keys])
+
+
+def read_window(plpy, s, req, window, keys):
+    """The window read by the scan stage, in row order: (window request, summary, hierarchies,
+    QIs, SA codes, per-attribute data).  The window's rows are copied once into a temporary
+    table, which takes the source's place in the request: the stages read it as the relation."""
+    copy_window(plpy, req, keys)
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=WINDOW_TABLE))
+    hierarchies = scan.hierarchies(plpy, wreq)
+    encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
+    summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
+    if req.sa.name not in encodings and summary.text_codes() is not None:
+        encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
+    data = scan.read(plpy, wreq, encodings, summary)
+    if data.rows != window.size:
+        raise E.not_in_prerequisite_state(
+            "%d rows of window %d..%d were deleted from the source" % (window.size - data.rows, window.first,
+                                                                      window.last),
+            "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
+    order = row_order(req, keys, data.keys)
+    columns = [np.asarray(d)[order] for d in data.data]
+    qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
+    return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
+
+
+def row_order(req, state_keys, read_keys) -> np.ndarray:
+    """The permutation putting the rows as read into the window's row order."""
+    if req.key.integer:
+        want = np.array([int(k) for k in state_keys], dtype=np.int64)
+        got = np.asarray(read_keys, dtype=np.int64)
+        by_key = np.argsort(got)
+        return by_key[np.searchsorted(got[by_key], want)]
+    position = {k: i for i, k in enumerate(read_keys)}
+    return np.array([position[k] for k in state_keys], dtype=np.int64)
+
+
+@contextmanager
+def timed(phases: dict, name: str):
+    """Add the block's wall time to ``phases[name]`` (an advance's phases: validate and number
+    (the call's, in its first advance), state, read, engine, publish, save)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+
+
+def one_advance(plpy, s, req, phases):
+    """One window advance (the three cases), published and recorded; its result row.
+    ``phases``: seconds per phase so far (the call's validation and numbering, for its first)."""
+    a = s["advances"] + 1
+    window = W.window_of(a, s["window_size"], s["step"])
+    with timed(phases, "state"):
+        keys, published, sg_classes = window_state(plpy, s, window)
+    sg = W.SG(sg_classes, np.asarray(s["sg_emds"] or [], dtype=np.float64),
+              None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
+    result, read = W.Advance(W.SKIP, None, None, sg), None
+    if not published[:window.step].all():
+        with timed(phases, "read"):
+            read = read_window(plpy, s, req, window, keys)
+        with timed(phases, "engine"):
+            result = engine(req, window, read, published, sg, a)
+    if result.publication is not None:
+        with timed(phases, "publish"):
+            append(plpy, s, req, read, keys, window, a, result.publication)
+    with timed(phases, "save"):
+        save(plpy, s, window, published, result)
+        if read is not None:
+            plpy.execute("DROP TABLE %s" % WINDOW_TABLE)
+    seconds = sum(phases.values())
+    p = result.publication
+    row = (a, result.case, None if result.d is None else float(result.d), result.rows, result.classes,
+           None if p is None else p.max_emd, seconds)
+    plpy.execute(plpy.prepare(
+        "INSERT INTO %s (stream_id, advance_no, case_no, d, rows, classes, max_emd, window_first, window_last, "
+        "seconds, phases) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)" % C.catalog("stream_advances"),
+        ["int8", "int8", "int4", "float8", "int8", "int8", "float8", "int8", "int8", "float8", "text"]),
+        [s["stream_id"]] + list(row[:6]) + [window.first, window.last, seconds, json.dumps({k: round(v, 6) for k, v in phases.items()})])
+    return row
+
+
+def engine(req, window, read, published, sg, a):
+    """The core's advance on the window read (SABRE with the request's method and options)."""
+    wreq, summary, hierarchies, qis, codes, columns = read
+    try:
+        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k,
+                         W.sabre_partition(req.method, req.options.seed, req.options.takeout,
+                                           req.options.weights, req.options.lookahead))
+    except (ValueError, ArithmeticError) as e:
+        raise E.SabreError(E.INTERNAL, "SABRE_W advance %d failed: %s" % (a, e),
+                           "Check the stream with sabre_stream_verify; report it if it persists.")
+
+
+def save(plpy, s, window, published, result):
+    """The state after an advance: the rows published ahead of the next window, S_G (replaced
+    by a DIRECT, emptied by an INDIRECT) and the position.  Every expiring row must be
+    published by now (Theorem 6), else the advance fails."""
+    now = published.copy()
+    if result.publication is not None:
+        now[result.publication.rows] = True
+        s["next_ec"] += result.publication.n_classes
+    if not now[:window.step].all():
+        raise E.SabreError(E.INTERNAL, "advance %d leaves expiring rows unpublished" % (s["advances"] + 1),
+                           "The stream's state is inconsistent: drop and create it again.")
+    s["advances"] += 1
+    s["ahead"] = (window.first + np.flatnonzero(now[window.step:]) + window.step).tolist()
+    if result.case != W.SKIP:
+        held = np.flatnonzero(result.sg.classes >= 0)
+        s["sg_rows"], s["sg_classes"] = (window.first + held).tolist(), result.sg.classes[held].tolist()
+        g = result.sg.window
+        s["sg_first"], s["sg_last"] = (None, None) if g is None else (g.first, g.last)
+        s["sg_emds"] = result.sg.emds.tolist()
+    plpy.execute(plpy.prepare(
+        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, sg_rows = $6, "
+        "sg_classes = $7, ahead = $8, last_case = $9, last_advance_at = pg_catalog.now() WHERE stream_id = $10"
+        % C.catalog("streams"), ["int8", "int8", "int8", "int8", "float8[]", "int8[]", "int4[]", "int8[]", "int4",
+                                 "int8"]),
+        [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []),
+         list(s["sg_rows"] or []), list(s["sg_classes"] or []), s["ahead"], result.case, s["stream_id"]])
+
+
+def run(plpy, statement):
+    """Execute a (SQL, types, params) statement of the publish stage's builders."""
+    sql, types, params = statement
+    plpy.execute(plpy.prepare(sql, types), params)
+
+
+def row_hash_sql(req, alias="s") -> str:
+    """md5 of a source row's quasi-identifiers and SA as text: what verify compares to detect
+    an UPDATE of a published row."""
+    return "pg_catalog.md5(ROW(%s)::pg_catalog.text)" % ", ".join(
+        "%s.%s" % (alias, C.ident(a.name)) for a in req.attrs)
+
+
+def append(plpy, s, req, read, keys, window, a, p: W.Publication):
+    """Append the published classes to <output>, <output>_classes and <output>_keys: the
+    publish stage's builders write them under temporary names, then one INSERT each adds the
+    stream's columns and the class offset."""
+    wreq, summary, hierarchies, qis, codes, columns = read
+    rows = p.rows
+    key_type = req.key.col["type"]
+    temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c", "o")}
+    plpy.execute(plpy.prepare(
+        "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id, u.row_no FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
+        "pg_catalog.unnest($2::int8[]), pg_catalog.unnest($3::int8[])) AS u(key, ec_id, row_no)" % (temp["k"], key_type), ["text[]", "int8[]", "int8[]"]),
+        [[keys[i] for i in rows.tolist()], p.ec.tolist(), window.rows[rows].tolist()])
+    data = [c[rows] for c in columns]
+    with C.settings(plpy, enable_nestloop="off"):
+        run(plpy, publish.ClassesTable(wreq, p, data, temp["k"], hierarchies).statement(temp["c"]))
+    if not req.options.keep and publish.exact_from_codes(req.sa):
+        run(plpy, publish.output_from_classes_sql(wreq, temp["o"], temp["c"], summary, codes[rows], p))
+    else:
+        plpy.execute(publish.output_from_source_sql(wreq, temp["o"], temp["c"], temp["k"]))
+    out, classes = output_columns(req)
+    g = p.window
+    extra = "%d, %d, %d, pg_catalog.now()" % (a, g.first, g.last)
+    offset = s["next_ec"]
+    for suffix, columns_, table in (("", out, temp["o"]), ("_classes", classes, temp["c"])):
+        names = [c for c, _ in columns_[1:-len(EXTRA)]]
+        plpy.execute("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM %s AS x" % (
+            req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
+            ", ".join("x.%s" % C.ident(c) for c in names), extra, table))
+    plpy.execute("INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, "
+                 "%d, %s FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
+                     req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"],
+                     C.ident(req.key.name)))
+    plpy.execute("DROP TABLE %s, %s, %s" % (temp["k"], temp["c"], temp["o"]))
+
+
+# ---------------------------------------------------------------------------- status, drop
+@E.entry_point
+def status(plpy, name):
+    s = load(plpy, name)
+    req = stream_request(plpy, s)
+    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
+                                                                               req.row_filter()))[0]["n"]
+    window = W.window_of(s["advances"] + 1, s["window_size"], s["step"])
+    published = window.first - 1 + len(s["ahead"] or [])
+    lag = plpy.execute(plpy.prepare("SELECT pg_catalog.now() OPERATOR(pg_catalog.-) $1::timestamptz AS lag",
+                                    ["timestamptz"]), [s["last_advance_at"]])[0]["lag"] \
+        if s["last_advance_at"] is not None else None
+    # rows not yet numbered join the stream at the next advance
+    ready = W.advances_ready(max(arrived, s["numbered"]), s["advances"], s["window_size"], s["step"])
+    return [(name, req.output.qualified(), s["advances"], window.first, window.last, s["numbered"], arrived,
+             published, s["numbered"] - published, len(s["sg_emds"] or []), len(s["sg_rows"] or []), s["last_case"],
+             s["last_advance_at"], ready, lag, s["cron_job"])]
+
+
+@E.entry_point
+def drop(plpy, name, purge):
+    """sabre_stream_drop: the stream's state and job; with ``purge`` its output relations too
+    (only those that still carry the stream's identity)."""
+    s = load(plpy, name, lock=True)
+    if s["cron_job"] is not None:
+        from . import schedule
+        schedule.unschedule_job(plpy, s["cron_job"])
+    if purge:
+        oids = output_relations(plpy, s)
+        if oids:
+            found = plpy.execute(plpy.prepare(publish.dependents_sql(), ["oid[]"]), [oids])
+            if len(found):
+                raise E.dependent_objects(
+                    "cannot purge the output of stream \"%s\": other objects depend on it: %s"
+                    % (name, ", ".join(r["what"] for r in found)), "Drop them first, or drop without purge.")
+            plpy.execute("DROP TABLE %s" % ", ".join(C.relation_info(plpy, o)["qname"] for o in oids))
+    plpy.execute("DELETE FROM %s WHERE stream_id = %d" % (C.catalog("streams"), s["stream_id"]))
+    return True
+
+
+# ---------------------------------------------------------------------------- verify
+@E.entry_point
+def verify(plpy, name):
+    """sabre_stream_verify: from the output, its keys and the source (module docs/streams.md)."""
+    s = load(plpy, name)
+    req = stream_request(plpy, s)
+    if len(output_relations(plpy, s)) != 3:
+        raise E.not_in_prerequisite_state('the output relations of stream "%s" are missing' % name,
+                                          "Nothing to verify: drop the stream.")
+    emds, mismatched = window_emds(plpy, s, req)
+    ours = plpy.execute(
+        "SELECT (SELECT pg_catalog.count(*) FROM %s) AS out_rows, "
+        "(SELECT pg_catalog.count(*) FROM (SELECT k.key FROM %s AS k GROUP BY k.key "
+        "HAVING pg_catalog.count(*) > 1) AS d) AS twice" % (req.output.qualified(), req.output.qualified("_keys")))[0]
+    expired = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first - 1
+    lost = plpy.execute(
+        "SELECT pg_catalog.count(*) AS n FROM %s AS r WHERE r.stream_id = %d AND r.row_no <= %d AND NOT EXISTS "
+        "(SELECT FROM %s AS k WHERE k.row_no = r.row_no)" % (C.catalog("stream_rows"), s["stream_id"], expired,
+                                                            req.output.qualified("_keys")))[0]["n"]
+    changed = plpy.execute(
+        "SELECT pg_catalog.count(*) FILTER (WHERE s.%s IS NULL) AS deleted, "
+        "pg_catalog.count(*) FILTER (WHERE s.%s IS NOT NULL AND %s IS DISTINCT FROM k.row_hash) AS updated "
+        "FROM %s AS k LEFT JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
+            C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req), req.output.qualified("_keys"),
+            req.source["qname"], C.ident(req.key.name)))[0]
+    late = late_rows(plpy, s, req)
+    # a class whose rows in <output> or <output>_keys are not its recorded size violates too
+    violations = mismatched + (int(np.count_nonzero(emds.violating(req.t, req.k))) if emds is not None else 0)
+    return [(s["advances"], emds.classes if emds is not None else 0, ours["out_rows"], violations,
+             emds.max_emd if emds is not None else 0.0, emds.min_class_size if emds is not None else 0,
+             ours["twice"], lost, changed["updated"], changed["deleted"], late)]
+
+
+def window_emds(plpy, s, req):
+    """(exact EMD and size of every published class against its generating window, number of
+    classes whose size in <output> differs from <output>_keys).  Window rows come from the row
+    numbering and the source; class membership from <output>_keys and <output>_classes."""
+    sa = "s.%s" % C.ident(req.sa.name)
+    rows = plpy.execute(
+        "SELECT g.wf, pg_catalog.array_agg(%s ORDER BY r.row_no) AS sa, "
+        "pg_catalog.array_agg(CASE WHEN c.window_first = g.wf THEN c.ec_id ELSE -1 END ORDER BY r.row_no) AS ec "
+        "FROM (SELECT DISTINCT x.window_first AS wf, x.window_last AS wl FROM %s AS x) AS g "
+        "JOIN %s AS r ON r.stream_id = %d AND r.row_no BETWEEN g.wf AND g.wl "
+        "JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
+        "LEFT JOIN %s AS k ON k.row_no = r.row_no LEFT JOIN %s AS c ON c.ec_id = k.ec_id GROUP BY g.wf" % (
+            "(%s)::pg_catalog.text" % sa if not req.sa.numerical else sa if req.sa.typname == "numeric"
+            else C.numeric_expr(None, req.sa.name, req.sa.col, "s."),
+            req.output.qualified("_classes"), C.catalog("stream_rows"), s["stream_id"], req.source["qname"],
+            C.ident(req.key.name), req.key.col["type"], req.output.qualified("_keys"),
+            req.output.qualified("_classes")))
+    hierarchy = None
+    if req.sa.hierarchy_name is not None:
+        hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
+    ids, sizes, nums, dens, emd = [], [], [], [], []
+    for r in rows:
+        ec = np.asarray(r["ec"], dtype=np.int64)
+        codes, domain = verify_codes(r["sa"], req, hierarchy)
+        exact = W.class_emds(codes, ec, domain)
+        mine = exact.class_ids >= 0
+        for arr, values in ((ids, exact.class_ids), (sizes, exact.sizes), (nums, exact.numerators),
+                            (dens, exact.denominators), (emd, exact.emd)):
+            arr.extend(values[mine].tolist())
+    mismatched = plpy.execute(
+        "SELECT pg_catalog.count(*) AS n FROM %s AS c LEFT JOIN (SELECT o.ec_id, pg_catalog.count(*) AS n FROM %s "
+        "AS o GROUP BY 1) AS o ON o.ec_id = c.ec_id LEFT JOIN (SELECT k.ec_id, pg_catalog.count(*) AS n FROM %s AS k "
+        "GROUP BY 1) AS k ON k.ec_id = c.ec_id WHERE o.n IS DISTINCT FROM c.size OR k.n IS DISTINCT FROM c.size" % (
+            req.output.qualified("_classes"), req.output.qualified(), req.output.qualified("_keys")))[0]["n"]
+    if not ids:
+        return None, mismatched
+    return ClassEMDs("window", 0, np.asarray(ids), np.asarray(sizes), np.asarray(nums, dtype=object),
+                     np.asarray(dens, dtype=object), np.asarray(emd)), mismatched
+
+
+def verify_codes(values, req, hierarchy):
+    """SA codes of a window's rows in the window's own domain, computed from the values alone."""
+    if req.sa.numerical:
+        if req.sa.typname == "numeric":
+            values = [Decimal(v) for v in values]
+            distinct = sorted(set(values))
+            rank = {v: i for i, v in enumerate(distinct)}
+            return np.array([rank[v] for v in values], dtype=np.int64), SADomain("numerical", m=len(distinct))
+        codes, m = W.window_codes(np.asarray(values, dtype=np.float64))
+        return codes, SADomain("numerical", m=m)
+    if hierarchy is None:
+        hierarchy = Hierarchy.flat(sorted(set(values)), name=req.sa.name)
+    leaf = {v: i for i, v in enumerate(hierarchy.leaves)}
+    return np.array([leaf[v] for v in values], dtype=np.int64), SADomain("categorical", hierarchy=hierarchy)
+
+
+def late_rows(plpy, s, req) -> int:
+    """Source rows never numbered whose arrival precedes the current window's first row: the
+    late-row rule leaves them unpublished."""
+    if not s["numbered"]:
+        return 0
+    first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
+    key, arrival = "s.%s" % C.ident(req.key.name), "s.%s" % C.ident(s["arrival"])
+    where = req.row_filter() or " WHERE true"
+    return plpy.execute(
+        "SELECT pg_catalog.count(*) AS n FROM %s AS s%s AND %s OPERATOR(pg_catalog.<) (SELECT %s FROM %s AS s "
+        "JOIN %s AS r ON %s = r.key::%s WHERE r.stream_id = %d AND r.row_no = %d) AND NOT EXISTS (SELECT FROM %s "
+        "AS r WHERE r.stream_id = %d AND r.key = (%s)::pg_catalog.text)" % (
+            req.source["qname"], where, arrival, arrival, req.source["qname"], C.catalog("stream_rows"), key,
+            req.key.col["type"], s["stream_id"], min(first, s["numbered"]), C.catalog("stream_rows"),
+            s["stream_id"], key))[0]["n"]
