@@ -5,6 +5,7 @@ Every configuration runs ``sabre_instant`` three ways on the same table:
 * ``instant``: S-INSTANT on ``pg_stats`` marginals (the paper's histogram variant);
 * ``instant+mcv``: S-INSTANT with a ``pg_stats_ext`` MCV list on the QIs
   (``options.statistics = 'create'``; the statistics object is made once per QI set);
+* ``instant@0.8``: S-INSTANT on marginals with the paper's threshold 0.8 (default 0.5);
 * ``exhaustive``: the optimal full-domain generalization (``options.search = 'exhaustive'``:
   Incognito's lattice top-down, one ``GROUP BY`` per node whose parents passed).
 
@@ -18,6 +19,7 @@ the exhaustive search in every l-diversity configuration.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -30,6 +32,7 @@ DEFAULT = dict(rows=100_000, k=10, qis=4, l=3, k_values=[10, 25, 50, 100], sizes
                qi_counts=[3, 4, 5, 6, 7], l_values=[2, 3, 4, 5])
 QUICK = dict(rows=5_000, k=10, qis=4, l=3, k_values=[10, 50], sizes=[5_000], qi_counts=[3], l_values=[3])
 METHODS = {"instant": {"statistics": "marginals"}, "instant+mcv": {"statistics": "create"},
+           "instant@0.8": {"statistics": "marginals", "threshold": 0.8},
            "exhaustive": {"search": "exhaustive", "statistics": "marginals"}}
 SA = "salary"
 
@@ -68,7 +71,7 @@ class InstantBench:
         found = {}
         for method, options in METHODS.items():
             opts = dict(options, hierarchies={c: hierarchies[c] for c in columns if c in hierarchies})
-            output = "%s_%s" % (name, method.replace("+", "_"))
+            output = "%s_%s" % (name, re.sub("[^a-z0-9]", "_", method))
             started = time.perf_counter()
             r = self.conn.execute(sql.SQL(
                 "SELECT levels, scans, candidates_tried, predicted_probability, suppressed, lm, classes, seconds "
