@@ -29,7 +29,7 @@ def test_entry_points_report_stage_errors():
     raised by a stage always reaches the caller as SQLSTATE + message + HINT."""
     called = {("anonymize", "run"), ("verify", "run"), ("hierarchies", "define"), ("hierarchies", "drop"),
               ("utility", "utility"), ("utility", "query_error"), ("utility", "kl_divergence"),
-              ("estimate", "estimate")}
+              ("estimate", "estimate"), ("instant", "instant")}
     for module, name in called:
         tree = ast.parse((REPO / "plpython" / (module + ".py")).read_text(encoding="utf-8"))
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
