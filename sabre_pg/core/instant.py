@@ -48,6 +48,7 @@ HYBRID_MIN_MEAN = 9.0          # Poisson(m) as normal when m - 3 sqrt(m) >= 0
 LIMIT_EPS = 1e-6               # LIMIT: the conditional l-diversity probability is final within this
 LIMIT_MAX_SIZE = 1 << 14       # ... or at this class size
 EXACT_OCCUPANCY = 64           # class sizes with exact distinct-value probabilities
+BUCKETS_PER_ROW = 64           # a node with more buckets than this x N is pruned unevaluated
 CHUNK = 1 << 21                # matrix cells per chunk of the windowed sums
 
 
@@ -173,6 +174,9 @@ class Summary:
         out = rest * _outer(residual)
         np.add.at(out, idx, f)
         return out / out.sum()
+
+    def buckets(self, node) -> int:
+        return int(np.prod([len(q.lm[j]) for q, j in zip(self.qis, node)], dtype=np.float64))
 
     def predicted_lm(self, node) -> float:
         return float(np.mean([q.expected_lm(j) for q, j in zip(self.qis, node)]))
@@ -427,6 +431,8 @@ def walk(summary: Summary, n: int, cond: Condition, threshold: float, criterion:
         if any(p not in passed for p in parents(node, heights)):
             continue
         evaluated += 1
+        if summary.buckets(node) > max(BUCKETS_PER_ROW * n, 1 << 16):
+            continue                   # hopeless (mostly near-empty buckets) and costly: pruned
         ell = summary.likelihoods(node)
         lm = summary.predicted_lm(node)
         if criterion == "expectation":

@@ -182,3 +182,12 @@ def test_node_lm_from_counts():
     heights = tuple(q.top for q in summary.qis)
     assert node_lm(summary.qis, heights, counts) == pytest.approx(1.0)
     assert node_lm(summary.qis, (0, 0, 0), counts) == 0.0
+
+
+def test_nodes_with_far_more_buckets_than_rows_are_pruned_unevaluated():
+    values = np.arange(0, 300)
+    levels = tuple(interval_levels(name, values, np.ones(300), integer=True) for name in ("a", "b", "c"))
+    summary = Summary(levels)
+    result = walk(summary, 50, Condition.build(2), 0.5)
+    assert all(summary.buckets(c.node) <= 1 << 16 for c in result.candidates)
+    assert (0, 0, 0) not in {c.node for c in result.candidates}     # 27M buckets for 50 rows
