@@ -414,7 +414,7 @@ class Generalizer:
     def materialize(self, node, table: str) -> str:
         """CREATE TABLE ``table``: the rows of the classes of ``node`` that pass on the rows this
         statement reads (the rest suppressed), generalized; classes numbered at random, rows in
-        random order within them."""
+        random order (one snapshot: the source is read twice by the one statement)."""
         req = self.req
         keys = ["k%d" % i for i, j in enumerate(node) if j < self.levels[i].top]
         carried = ([req.sa.name] if req.sa else []) + list(req.options.keep)
@@ -429,8 +429,8 @@ class Generalizer:
         numbered = "SELECT c.*, pg_catalog.row_number() OVER (ORDER BY pg_catalog.random()) - 1 AS ec_id FROM classes AS c"
         join = " AND ".join("x.%s = e.%s" % (k, k) for k in keys) or "true"
         columns = self._published_from_x(node) + ["x.%s" % C.ident(c) for c in carried]
-        return ("CREATE TABLE %s AS WITH x AS MATERIALIZED (%s), classes AS (%s), e AS (%s) "
-                "SELECT e.ec_id::pg_catalog.int8 AS ec_id, %s FROM x JOIN e ON %s ORDER BY e.ec_id, pg_catalog.random()"
+        return ("CREATE TABLE %s AS WITH x AS NOT MATERIALIZED (%s), classes AS (%s), e AS MATERIALIZED (%s) "
+                "SELECT e.ec_id::pg_catalog.int8 AS ec_id, %s FROM x JOIN e ON %s ORDER BY pg_catalog.random()"
                 % (table, x, classes, numbered, ", ".join(columns), join))
 
     def _published_from_x(self, node) -> list:
@@ -559,7 +559,10 @@ def exhaustive(validator: Validator, heights) -> Checked | None:
 def write(plpy, req: InstantRequest, gen: Generalizer, chosen: Checked, run) -> tuple:
     """The output under a temporary name, checked: (table, classes, rows, min, max class size, sizes)."""
     table = req.output.temporary_qualified(run.run_id, "o")
-    plpy.execute(plpy.prepare(gen.materialize(chosen.node, table), gen.params.types), gen.params.values)
+    # the planner cannot estimate the join of the rows with their passing classes (a few
+    # hundred): without a hint it sorts both sides for a merge join
+    with C.settings(plpy, enable_mergejoin="off"):
+        plpy.execute(plpy.prepare(gen.materialize(chosen.node, table), gen.params.types), gen.params.values)
     diversity = ", pg_catalog.count(DISTINCT o.%s) AS d" % C.ident(req.sa.name) if req.l else ""
     got = plpy.execute("SELECT pg_catalog.array_agg(g.n) AS sizes, pg_catalog.min(%s) AS low_d FROM (SELECT o.ec_id, "
                        "pg_catalog.count(*) AS n%s FROM %s AS o GROUP BY o.ec_id) AS g" % (
@@ -608,12 +611,14 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
         validator = Validator(plpy, req, gen)
         phase1_seconds = 0.0
         if req.search == "exhaustive":
+            clock = time.perf_counter()
             chosen, evaluated = exhaustive(validator, list(top)), 0
         else:
             clock = time.perf_counter()
             found = I.walk(prep.summary, prep.rows, cond, req.threshold, req.criterion,
                            req.max_suppressed * prep.rows, hybrid=req.hybrid)
             phase1_seconds = time.perf_counter() - clock
+            clock = time.perf_counter()
             chosen, evaluated = phase2(validator, [c.node for c in found.candidates], top), found.evaluated
         if chosen is None:
             raise E.invalid_parameter(
@@ -621,10 +626,13 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
                 "not even the top of the lattice (every quasi-identifier fully generalized)" % (
                     req.source["qname"], req.k, " and distinct %d-diverse" % req.l if req.l else "", req.max_suppressed),
                 "Lower k%s, or allow suppression with max_suppressed." % (" or l" if req.l else ""))
+        validate_seconds = time.perf_counter() - clock
         probability = I.mu_probability(prep.summary.likelihoods(chosen.node), prep.rows, cond, hybrid=req.hybrid)
         run = publish.begin(plpy, req)
         prev = publish.previous(plpy, req)
+        clock = time.perf_counter()
         table, sizes, suppressed = write(plpy, req, gen, chosen, run)
+        write_seconds = time.perf_counter() - clock
         publish.swap(plpy, req, run, prev, {"": table})
         comment(plpy, req, run, chosen.node)
         seconds = time.perf_counter() - started
@@ -637,7 +645,8 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
                      "statistics": prep.described}),
                  "rows": int(sizes.sum()), "classes": len(sizes), "min_class_size": int(sizes.min()),
                  "max_class_size": int(sizes.max()), "discernibility": discernibility(sizes),
-                 "phases": {"phase1": phase1_seconds}, "seconds": seconds}
+                 "phases": {"phase1": phase1_seconds, "validate": validate_seconds, "write": write_seconds},
+                 "seconds": seconds}
         output_oid = record(plpy, req, run, facts)
     return [(output_oid, list(chosen.node), validator.scans, validator.tried, probability, suppressed,
              chosen.lm, len(sizes), seconds)]

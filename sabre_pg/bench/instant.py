@@ -79,8 +79,10 @@ class InstantBench:
                 "sensitive => %s, output => %s, options => %s::jsonb)").format(sql.Identifier(self.schema)),
                 ("public.%s" % name, columns, k, l, SA if l else None, output, json.dumps(opts))).fetchone()
             wall = time.perf_counter() - started
+            phases = self.conn.execute(sql.SQL("SELECT phases FROM {}.runs WHERE output_oid = to_regclass(%s)")
+                                       .format(sql.Identifier(self.schema)), ("public.%s" % output,)).fetchone()[0]
             found[method] = dict(zip(("levels", "scans", "tried", "probability", "suppressed", "lm", "classes",
-                                      "seconds"), r), wall=wall, output=output)
+                                      "seconds"), r), wall=wall, output=output, phases=phases)
             self.progress("%s %s=%s %s" % (sweep, sweep, x, method))
         record = dict(sweep=sweep, x=x, rows=rows, qis=qis, k=k, l=l, table=name, methods=found)
         self.runs.append(record)
@@ -112,6 +114,12 @@ def planned(cfg: dict, adult: bool) -> int:
                            + len(cfg["l_values"]))
 
 
+def search_seconds(m: dict) -> float:
+    """Phase 1 and the validation scans: the search, without writing the output (which both
+    searches do alike)."""
+    return m["phases"]["phase1"] + m["phases"]["validate"]
+
+
 def targets(runs: list) -> dict:
     """The issue's targets over the recorded runs."""
     k_runs = [r for r in runs if r["l"] is None]
@@ -120,32 +128,36 @@ def targets(runs: list) -> dict:
     gaps = [r["methods"]["instant"]["lm"] / max(r["methods"]["exhaustive"]["lm"], 1e-12) - 1 for r in runs]
     largest = max((r for r in runs if r["sweep"] == "N"), key=lambda r: r["rows"], default=None)
     speedup = (largest["methods"]["exhaustive"]["wall"] / largest["methods"]["instant"]["wall"]) if largest else None
+    search = (search_seconds(largest["methods"]["exhaustive"]) / search_seconds(largest["methods"]["instant"])
+              if largest else None)
     return {"k_configs": len(k_runs), "k_configs_2_scans": sum(few),
             "share_2_scans": sum(few) / len(few) if few else None,
             "worst_lm_gap": max(gaps) if gaps else None,
             "lm_within_5pct": sum(g <= 0.05 + 1e-9 for g in gaps), "configs": len(runs),
-            "speedup_largest_n": speedup, "largest_n": largest["rows"] if largest else None,
+            "speedup_largest_n": speedup, "search_speedup_largest_n": search,
+            "largest_n": largest["rows"] if largest else None,
             "l_fewer_scans": all(r["methods"]["instant"]["scans"] < r["methods"]["exhaustive"]["scans"]
                                  for r in l_runs) if l_runs else None}
 
 
 def markdown(runs: list, note: str = "") -> str:
     lines = ["# S-INSTANT against the exhaustive optimum", "", note, "",
-             "| sweep | x | rows | d | k | l | method | scans | tried | server s | wall s | LM | levels |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| sweep | x | rows | d | k | l | method | scans | tried | search s | output s | wall s | LM | levels |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         for method, m in r["methods"].items():
-            lines.append("| %s | %s | %s | %d | %d | %s | %s | %d | %d | %.2f | %.2f | %.4f | %s |" % (
+            lines.append("| %s | %s | %s | %d | %d | %s | %s | %d | %d | %.2f | %.2f | %.2f | %.4f | %s |" % (
                 r["sweep"], r["x"], r["rows"] or r["table"], r["qis"], r["k"], r["l"] or "", method, m["scans"],
-                m["tried"], m["seconds"], m["wall"], m["lm"], m["levels"]))
+                m["tried"], search_seconds(m), m["phases"]["write"], m["wall"], m["lm"], m["levels"]))
     t = targets(runs)
     lines += ["", "## Targets", "",
               "* <= 2 scans: %d of %d k-anonymity configurations (%.0f%%; target >= 80%%)" % (
                   t["k_configs_2_scans"], t["k_configs"], 100 * (t["share_2_scans"] or 0)),
               "* LM within 5%% of the optimum: %d of %d configurations (worst gap %.2f%%)" % (
                   t["lm_within_5pct"], t["configs"], 100 * (t["worst_lm_gap"] or 0)),
-              "* speed-up over the exhaustive search at N = %s: %.1fx (target >= 20x)" % (
-                  t["largest_n"], t["speedup_largest_n"] or 0),
+              "* speed-up over the exhaustive search at N = %s: %.1fx end to end (target >= 20x); "
+              "%.1fx for the search alone (both write the output alike)" % (
+                  t["largest_n"], t["speedup_largest_n"] or 0, t["search_speedup_largest_n"] or 0),
               "* l-diversity: fewer scans than the exhaustive search in every configuration: %s" % t["l_fewer_scans"]]
     return "\n".join(lines) + "\n"
 
