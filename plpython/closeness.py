@@ -89,6 +89,25 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
     return _class_emds(kind, ec, codes, counts, int(codes.max()) + 1 if n else 0, hierarchy)
 
 
+def diversity(plpy, relation_qname: str, sa_name: str | None) -> tuple:
+    """(class ids ascending, sizes, distinct non-NULL sensitive values) of every ``ec_id``
+    class (distinct values 0 when ``sa_name`` is None); NULL ``ec_id`` is refused (22004)."""
+    distinct = "pg_catalog.count(DISTINCT o.%s)" % C.ident(sa_name) if sa_name else "0::pg_catalog.int8"
+    row = plpy.execute(
+        "SELECT pg_catalog.count(*) AS groups, pg_catalog.sum(g.n) FILTER (WHERE g.ec_id IS NULL) AS null_ec, "
+        "%s AS ec, %s AS n, %s AS d FROM (SELECT o.%s::pg_catalog.int8 AS ec_id, pg_catalog.count(*) AS n, %s AS d "
+        "FROM %s AS o GROUP BY 1) AS g" % (
+            T.binary_agg("g.ec_id", "int8"), T.binary_agg("g.n", "int8"), T.binary_agg("g.d", "int8"),
+            C.ident(EC), distinct, relation_qname))[0]
+    if row["null_ec"]:
+        C.fail(plpy, C.NULL_NOT_ALLOWED, '%s has %d rows with NULL in column "%s"' % (relation_qname, row["null_ec"], EC),
+               "Every row needs its class in ec_id.")
+    n = int(row["groups"])
+    ec, sizes, d = (T.decode_array(row[c], "int8", n) for c in ("ec", "n", "d"))
+    order = np.argsort(ec, kind="stable")
+    return ec[order], sizes[order], d[order]
+
+
 def _class_emds(kind, ec, codes, counts, m, hierarchy):
     if kind == "hierarchical":
         return X.hierarchical_class_emds(ec, codes, counts, hierarchy)

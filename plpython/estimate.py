@@ -137,9 +137,10 @@ def histogram_mass(bounds, rest: float, others: int, mcv_values, integer: bool) 
     return np.concatenate(values), np.concatenate(shares)
 
 
-def numerical_counts(stats: ColumnStatistics, rows: int, integer: bool) -> tuple:
-    """(counts, SADomain) of a numerical SA: counts per distinct value in value order, like
-    the SA summary's; values estimated to hold no row are left out, as they would be absent."""
+def numerical_shares(stats: ColumnStatistics, integer: bool) -> tuple:
+    """(distinct values ascending, their shares of the rows) of a numerical column: the most
+    common values, then the histogram's (:func:`histogram_mass`) or, without one, values spread
+    evenly over the MCVs' range.  Shared with sabre_instant's summary."""
     values = [np.asarray(stats.mcv_values, dtype=np.float64)]
     shares = [np.asarray(stats.mcv_freqs, dtype=np.float64)]
     others = stats.others()
@@ -152,7 +153,14 @@ def numerical_counts(stats: ColumnStatistics, rows: int, integer: bool) -> tuple
         values.append(np.linspace(lo, hi, others + 2)[1:-1])
         shares.append(np.full(others, stats.rest() / others))
     distinct, where = np.unique(np.concatenate(values), return_inverse=True)
-    counts = apportion(np.bincount(where, np.concatenate(shares), minlength=len(distinct)), rows)
+    return distinct, np.bincount(where, np.concatenate(shares), minlength=len(distinct))
+
+
+def numerical_counts(stats: ColumnStatistics, rows: int, integer: bool) -> tuple:
+    """(counts, SADomain) of a numerical SA: counts per distinct value in value order, like
+    the SA summary's; values estimated to hold no row are left out, as they would be absent."""
+    _, shares = numerical_shares(stats, integer)
+    counts = apportion(shares, rows)
     counts = counts[counts > 0]
     return counts, SADomain("numerical", m=max(len(counts), 1))
 
@@ -332,7 +340,7 @@ def t_values(t) -> list:
     return [C.check_t(x, T_HINT) for x in values]
 
 
-def check_privileges(plpy, src, attrs):
+def check_privileges(plpy, src, attrs, caller: str = "sabre_estimate"):
     """The caller must be allowed to read every attribute: pg_stats shows nothing else, and
     an estimate must not reveal statistics of columns the caller cannot read."""
     denied = plpy.execute(plpy.prepare(
@@ -343,7 +351,7 @@ def check_privileges(plpy, src, attrs):
         raise E.insufficient_privilege(
             "permission denied for table %s (column %s)" % (src["qname"], ", ".join(
                 '"%s"' % r["name"] for r in denied)),
-            "sabre_estimate reads statistics only of columns you may SELECT; ask the table's owner "
+            "%s reads statistics only of columns you may SELECT; ask the table's owner " % caller +
             "for SELECT on them.")
 
 
@@ -351,15 +359,19 @@ def run_analyze(plpy, src, attrs):
     """``ANALYZE source (columns)``, which PostgreSQL lets only the table's owner, the
     database's owner or a superuser run (for anyone else it skips the table with a warning,
     so the check comes first: the estimate must not claim fresh statistics)."""
+    check_owner(plpy, src, "options.analyze: only the owner of %s can ANALYZE it" % src["qname"],
+                "Ask its owner to run ANALYZE, or call without options.analyze to use the statistics it has.")
+    plpy.execute("ANALYZE %s (%s)" % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
+
+
+def check_owner(plpy, src, message: str, hint: str):
+    """42501 unless the caller may ANALYZE ``src`` (its owner, the database's owner or a superuser)."""
     allowed = plpy.execute(plpy.prepare(
         "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') OR (NOT c.relisshared AND pg_catalog.pg_has_role("
         "(SELECT d.datdba FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()), "
         "'USAGE')) AS ok FROM pg_catalog.pg_class AS c WHERE c.oid = $1", ["oid"]), [src["oid"]])[0]["ok"]
     if not allowed:
-        raise E.insufficient_privilege(
-            "options.analyze: only the owner of %s can ANALYZE it" % src["qname"],
-            "Ask its owner to run ANALYZE, or call without options.analyze to use the statistics it has.")
-    plpy.execute("ANALYZE %s (%s)" % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
+        raise E.insufficient_privilege(message, hint)
 
 
 STATISTICS_SQL = (
@@ -404,11 +416,19 @@ def decode_values(plpy, attr, text) -> list:
     its order for a numerical attribute (the read's conversion), text for a categorical one."""
     if text is None:
         return []
+    return decode_list(plpy, attr, text, "pg_catalog.text")
+
+
+def decode_list(plpy, attr, values, given_as: str = "pg_catalog.text[]") -> list:
+    """Values of ``attr`` given as text (an array literal, or a list of texts with
+    ``given_as`` text[]) converted as :func:`decode_values` does."""
     column = C.ident(attr.name)
     value = C.numeric_expr(plpy, attr.name, attr.col, "u.") if attr.numerical else "(u.%s)::pg_catalog.text" % column
+    cast = "$1::pg_catalog.text::%s[]" % attr.col["type"] if given_as == "pg_catalog.text" else \
+        "$1::pg_catalog.text[]::%s[]" % attr.col["type"]
     return plpy.execute(plpy.prepare(
-        "SELECT pg_catalog.array_agg(%s ORDER BY u.i) AS vs FROM pg_catalog.unnest($1::pg_catalog.text::%s[]) "
-        "WITH ORDINALITY AS u(%s, i)" % (value, attr.col["type"], column), ["text"]), [text])[0]["vs"]
+        "SELECT pg_catalog.array_agg(%s ORDER BY u.i) AS vs FROM pg_catalog.unnest(%s) "
+        "WITH ORDINALITY AS u(%s, i)" % (value, cast, column), [given_as.split(".")[-1]]), [values])[0]["vs"] or []
 
 
 def estimated_rows(stats: dict, sa, dropped_with_nulls) -> int:

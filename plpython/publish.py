@@ -471,10 +471,10 @@ def _oid(plpy, table):
 
 def _rename(plpy, req, run, built):
     out = req.output
-    plpy.execute("ALTER INDEX %s RENAME TO %s" % (out.temporary_qualified(run.run_id, "c_pkey"),
-                                                  C.ident(out.name + "_classes_pkey")))
-    plpy.execute("ALTER INDEX %s RENAME TO %s" % (out.temporary_qualified(run.run_id, "k_idx"),
-                                                  C.ident(out.name + "_keys_idx")))
+    for suffix, tag, name in (("_classes", "c_pkey", "_classes_pkey"), ("_keys", "k_idx", "_keys_idx")):
+        if suffix in built:         # (sabre_instant builds the output alone)
+            plpy.execute("ALTER INDEX %s RENAME TO %s" % (out.temporary_qualified(run.run_id, tag),
+                                                          C.ident(out.name + name)))
     for suffix, table in built.items():
         plpy.execute("ALTER TABLE %s RENAME TO %s" % (table, C.ident(out.name + suffix)))
 

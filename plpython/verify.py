@@ -17,13 +17,20 @@ EC_ID_TYPES = ("int2", "int4", "int8")
 
 
 @E.entry_point
-def run(plpy, output, sensitive, t, k, hierarchy):
-    C.check_t(t, "Pass the t the output was made for (an EMD bound in (0, 1]).")
+def run(plpy, output, sensitive, t, k, hierarchy, l=None):
+    """One row: classes, violations (classes over t, under k rows or under l distinct values),
+    max_emd (NULL when t is NULL: k and l alone are checked), min_class_size."""
+    if t is not None:
+        C.check_t(t, "Pass the t the output was made for (an EMD bound in (0, 1]), or NULL to check k (and l) alone.")
     C.check_k(k, "Pass the k the output was made for (1 checks t-closeness only).")
-    for name, value in (("output", output), ("sensitive", sensitive)):
+    if l is not None:
+        C.check_k(l, "l is the minimum number of distinct sensitive values per class (distinct l-diversity).")
+    needs_sa = t is not None or l is not None
+    for name, value in (("output", output), ("sensitive", sensitive if needs_sa else "")):
         if value is None:
             C.fail(plpy, C.NULL_NOT_ALLOWED, "%s must not be NULL" % name,
-                   "Pass the output relation and the name of its sensitive column.")
+                   "Pass the output relation and the name of its sensitive column (sensitive may be NULL "
+                   "only when t and l are).")
     rel = C.resolve_relation(plpy, output)
     cols = C.columns(plpy, rel["oid"])
     if closeness.EC not in cols:
@@ -33,11 +40,28 @@ def run(plpy, output, sensitive, t, k, hierarchy):
         C.fail(plpy, C.DATATYPE_MISMATCH, 'column "ec_id" of %s has type %s, not an integer type'
                % (rel["qname"], cols[closeness.EC]["type"]),
                "Class ids must be smallint, integer or bigint (sabre_anonymize writes bigint).")
-    if sensitive not in cols:
+    if sensitive is not None and sensitive not in cols:
         C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in %s' % (sensitive, rel["qname"]),
                "Available columns: %s." % ", ".join(cols))
-    h = None
-    if hierarchy is not None:
-        h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
-    res = closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
-    return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
+    if t is not None and l is None:
+        h = None
+        if hierarchy is not None:
+            h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
+        res = closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
+        return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
+    return [_diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy)]
+
+
+def _diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy):
+    """k, distinct l-diversity and (when t is given) t-closeness, class by class."""
+    ids, sizes, distinct = closeness.diversity(plpy, rel["qname"], sensitive if l is not None else None)
+    bad = sizes < k
+    if l is not None:
+        bad |= distinct < l
+    max_emd = None
+    if t is not None:
+        h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive) if hierarchy is not None else None
+        res = closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
+        bad |= res.exceeds(t)       # classes in ec_id order in both
+        max_emd = res.max_emd
+    return (len(ids), int(bad.sum()), max_emd, int(sizes.min()) if len(sizes) else 0)

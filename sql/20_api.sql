@@ -84,17 +84,23 @@ $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(text, text[], text, double precision, integer, text, text, jsonb) IS
     'sabre_anonymize with the source named as text, resolved with the caller''s search_path';
 
+-- l (distinct l-diversity) was added after 0.2.0: the five-argument form is replaced (an
+-- overload beside it would make calls with defaults ambiguous); calls with 2-5 arguments
+-- are unchanged, and t => NULL checks k (and l) alone.
+DROP FUNCTION IF EXISTS @schema@.sabre_verify(regclass, text, double precision, integer, text);
 CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
     output    regclass,
     sensitive text,
     t         double precision,
     k         integer DEFAULT 1,
-    hierarchy text DEFAULT NULL)
+    hierarchy text DEFAULT NULL,
+    l         integer DEFAULT NULL)
 RETURNS TABLE (classes bigint, violations bigint, max_emd double precision, min_class_size bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import verify
-return verify.run(plpy, output, sensitive, t, k, hierarchy)
+return verify.run(plpy, output, sensitive, t, k, hierarchy, l)
 $fn$;
-COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, integer, text) IS
-    'Recompute t-closeness and k-anonymity of an output from the relation alone (classes = ec_id groups)';
+COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, integer, text, integer) IS
+    'Recompute t-closeness (t NULL: not checked), k-anonymity and distinct l-diversity (l) of an output '
+    'from the relation alone (classes = ec_id groups)';

@@ -45,6 +45,9 @@ def parse(extra) -> argparse.Namespace:
     p.add_argument("--no-peer", action="store_true", help="skip the Mondrian peer")
     p.add_argument("--seed", type=int, default=1, help="data and workload seed")
     p.add_argument("--keep", action="store_true", help="keep the output tables")
+    p.add_argument("--instant", action="store_true",
+                   help="run the S-INSTANT experiment instead (sabre_instant vs the exhaustive optimum; "
+                        "--quick, --rows and --sizes apply)")
     return p.parse_args(extra)
 
 
@@ -102,10 +105,30 @@ def main(args) -> int:
     use_peer = not opts.no_peer and peer.available()
     schema = getattr(args, "sabre_schema", "sabre") or "sabre"
     out = Path(getattr(args, "out", None) or "bench-out")
+    if opts.instant:
+        return instant_main(args, opts, schema, out)
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
         report = run_bench(conn, cfg, out, opts.seed, opts.keep, use_peer, schema,
                            peer_note(use_peer, opts.no_peer))
     print(f"bench finished in {report.total_seconds:.1f} s; results in {out}/ "
           "(results.json, results.csv, summary.md, fig*.png)")
+    return 0
+
+
+def instant_main(args, opts, schema: str, out: Path) -> int:
+    """``sabre-pg bench --instant`` (:mod:`sabre_pg.bench.instant`)."""
+    from sabre_pg.bench import instant
+    from sabre_pg.connect import connect
+
+    cfg = dict(instant.QUICK if opts.quick else instant.DEFAULT)
+    if opts.rows:
+        cfg["rows"] = opts.rows
+    if opts.sizes:
+        cfg["sizes"] = [int(size) for size in opts.sizes.split(",") if size.strip()]
+    with connect(args, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
+        result = instant.run_instant_bench(conn, cfg, out, schema, opts.seed, opts.keep)
+    print(f"bench --instant finished in {result['seconds']:.1f} s; results in {out}/ "
+          "(instant.json, instant.md, fig_instant_*.png)")
     return 0

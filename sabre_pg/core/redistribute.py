@@ -161,8 +161,8 @@ def _splits(vectors: np.ndarray, bucket_emd: BucketEMD, U: float, t: float, k: i
     c1, c2 = dichotomize(vectors)
     ok = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
     if ok.any():
-        e1 = bucket_emd(c1[ok])
-        e2 = bucket_emd(c2[ok])
+        both = bucket_emd(np.concatenate((c1[ok], c2[ok])))    # one call for both halves
+        e1, e2 = both[:int(ok.sum())], both[int(ok.sum()):]
         good = (e1 + U <= t + EPS) & (e2 + U <= t + EPS)
         ok[np.flatnonzero(ok)[~good]] = False
     return c1, c2, ok
@@ -187,7 +187,7 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
             else:
                 halves[key] = None
         fresh = [v for v in kids if v.tobytes() not in halves]
-        level = np.unique(np.array(fresh), axis=0) if fresh else np.empty((0, len(counts)), np.int64)
+        level = _unique_rows(np.array(fresh))[0] if fresh else np.empty((0, len(counts)), np.int64)
     leaves: dict = {}
 
     def n_leaves(key):

@@ -37,7 +37,7 @@ def test_entry_points_report_stage_errors():
     """Every function the SQL wrappers call runs inside errors.entry_point, so a SabreError
     raised by a stage always reaches the caller as SQLSTATE + message + HINT."""
     called = _wrapper_calls()
-    assert {("anonymize", "run"), ("verify", "run"), ("estimate", "estimate")} <= called
+    assert {("anonymize", "run"), ("verify", "run"), ("estimate", "estimate"), ("instant", "instant")} <= called
     for module, name in called:
         tree = ast.parse((REPO / "plpython" / (module + ".py")).read_text(encoding="utf-8"))
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)

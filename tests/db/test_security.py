@@ -175,6 +175,12 @@ def test_planted_overloads_and_operators_never_run_as_the_caller(roles, path):
         "SELECT * FROM sabre_estimate('public.wide'::regclass, ARRAY['d','v'], 't', 0.5, 3, '{\"analyze\": true}')",
         "SELECT * FROM sabre_estimate('public.wide'::regclass, ARRAY['t','v'], 's', 0.5, 3, '{\"analyze\": true}')",
         "SELECT sabre_drop_hierarchy('no_such_h')",
+        # sabre_instant: hierarchy joins, intervals of every numerical kind, GROUPING SETS, l, suppression
+        "SELECT * FROM sabre_instant('public.census'::regclass, ARRAY['age','edu'], 4, 2, 'salary', 0.01, "
+        "options => '{\"analyze\": true, \"hierarchies\": {\"edu\": \"edu_h\"}}')",
+        "SELECT * FROM sabre_instant('public.wide'::regclass, ARRAY['t','d','x'], 3, output => 'public.wide_i', "
+        "options => '{\"statistics\": \"create\", \"keep\": [\"s\"]}')",
+        "SELECT * FROM sabre_verify('public.census_instant', 'salary', NULL, 4, NULL, 2)",
     ]
     for call in calls:
         dba.execute(call).fetchall()
