@@ -1,0 +1,252 @@
+"""Several sensitive attributes, each with its own t: (t_1, ..., t_d)-closeness.
+
+A class is t-close on every SA i: ``EMD_i(class, table) <= t_i`` on each SA's marginal (the
+thesis's Definition 5, for any number of SAs of any EMD kind).  Two ways are implemented and
+compared in ``benchmarks/bench_multi_sa.py`` (docs/multiple-sa.md has the study):
+
+* ``"fragments"``: joint bucketization
+  (:mod:`.fragments`: FIND-FRAGMENTATION with global normalization, then class sizing that
+  checks the relaxed bound of every SA), then SABRE's takeOut with the fragments as buckets;
+* ``"merge"`` (SABRE §7; the default, the study's winner): SABRE on the most constraining SA alone (the one whose own plan
+  gives the fewest classes), then classes are merged with a QI neighbour until every SA
+  holds -- the EMD of a union is at most the largest EMD of its parts, and the whole table
+  has EMD 0, so merging ends.
+
+Both finish with the same **exact check and repair** (:func:`close_classes`): every class's
+EMD on every SA is recomputed in integers (:mod:`.exact_emd`); a class over its t (which the
+planning bounds exclude up to rounding for ``"fragments"``) is merged with the neighbour, in
+QI order, whose union is closest, until none is.  Nothing over a t is ever returned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import exact_emd as X
+from . import metrics
+from .buckets import Bucket, Bucketization
+from .emd import SADomain
+from .fragments import Fragmentation, JointCounts, find_fragmentation, joint_counts, size_classes
+from .generalize import ECIndex
+from .parameters import check_k, check_lookahead, check_t
+from .redistribute import ECPlan
+from .sabre import LOOKAHEAD_GAIN, SabreResult, SAPlan, anonymize, generalize_classes, plan_from_counts
+from .stopwatch import Stopwatch
+
+STRATEGIES = ("merge", "fragments")
+CHUNK_CELLS = 1 << 22              # class x value cells of one dense EMD evaluation
+
+
+@dataclass
+class MultiSAPlan:
+    """The joint bucketization and class templates of a table, from its joint SA counts."""
+    joint: JointCounts
+    fragmentation: Fragmentation
+    plan: ECPlan
+    ts: np.ndarray
+    phases: dict = field(default_factory=dict)
+
+    @property
+    def n_classes(self) -> int:
+        return self.plan.n_classes
+
+    def sa_plan(self) -> SAPlan:
+        """The plan as SABRE's single-SA engine takes it: one bucket per fragment."""
+        counts = self.fragmentation.counts()
+        buckets = [Bucket(j, j + 1, 0.0) for j in range(len(counts))]
+        domain = SADomain("numerical", m=len(counts))
+        return SAPlan(counts, Bucketization(buckets, 0.0, domain, counts / counts.sum()), self.plan,
+                      dict(self.phases))
+
+
+def check_ts(ts, d: int) -> np.ndarray:
+    """One valid t per SA (ValueError otherwise)."""
+    ts = list(ts)
+    if len(ts) != d:
+        raise ValueError("one t per sensitive attribute is needed: %d SAs, %d t" % (d, len(ts)))
+    if d == 0:
+        raise ValueError("at least one sensitive attribute is required")
+    return np.array([check_t(t) for t in ts], dtype=np.float64)
+
+
+def plan_from_joint_counts(joint: JointCounts, domains, ts, k: int = 1, lookahead: int = 4) -> MultiSAPlan:
+    """FIND-FRAGMENTATION and class sizing from the joint SA counts alone (no tuple needed).
+    As :func:`.sabre.plan_from_counts`, up to ``lookahead`` further splits are tried and one
+    replaces the current choice when it gives ``LOOKAHEAD_GAIN`` times as many classes."""
+    ts = check_ts(ts, len(domains))
+    k = check_k(k, joint.n)
+    lookahead = check_lookahead(lookahead)
+    stopwatch = Stopwatch()
+    with stopwatch.phase("bucketize"):
+        candidates = find_fragmentation(joint, domains, ts, lookahead)
+    with stopwatch.phase("redistribute"):
+        best, best_classes = candidates[0], None
+        for candidate in candidates if len(candidates) > 1 else []:
+            classes = size_classes(candidate, ts, k, count_only=True)
+            if best_classes is None or classes >= LOOKAHEAD_GAIN * best_classes:
+                best, best_classes = candidate, classes
+        plan = size_classes(best, ts, k)
+    return MultiSAPlan(joint, best, plan, ts, dict(stopwatch.phases))
+
+
+def most_constraining(codes, domains, ts, k: int, lookahead: int = 4) -> tuple[int, SAPlan]:
+    """The SA whose own SABRE plan gives the fewest classes, and that plan (ties: the first)."""
+    plans = [plan_from_counts(np.bincount(codes[:, i], minlength=d.m), d, ts[i], k, lookahead)
+             for i, d in enumerate(domains)]
+    i = int(np.argmin([p.plan.n_classes for p in plans]))
+    return i, plans[i]
+
+
+def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", seed: int = 0,
+                    takeout: str = "sweep", weights=None, lookahead: int = 4, strategy: str = "merge",
+                    plan: MultiSAPlan | None = None) -> SabreResult:
+    """SABRE for several SAs: ``codes`` (n x d) holds each tuple's code of every SA, ``domains``
+    and ``ts`` one per SA.  Returns a :class:`MultiSAResult` whose classes are all exactly
+    t_i-close on every SA i and >= k.  ``plan``: :func:`plan_from_joint_counts` made before the
+    tuples were read (``"fragments"`` only); its joint counts must be the codes'."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if codes.ndim != 2 or codes.shape[1] != len(domains):
+        raise ValueError("codes must have one column per SA (%d), got shape %s" % (len(domains), codes.shape))
+    ts = check_ts(ts, len(domains))
+    if strategy not in STRATEGIES:
+        raise ValueError("strategy must be one of %s, got %r" % (", ".join(STRATEGIES), strategy))
+    stopwatch = Stopwatch()
+    if strategy == "merge":
+        sa, sa_plan = most_constraining(codes, domains, ts, k, lookahead)
+        stopwatch.merge(sa_plan.phases)
+        result = anonymize(qis, codes[:, sa], domains[sa], ts[sa], k, method, seed, takeout, weights,
+                           with_emds=False, sa_plan=sa_plan)
+        fragments, U = sa_plan.buckets.n_buckets, np.full(len(ts), np.nan)
+        U[sa] = sa_plan.buckets.U
+    else:
+        joint, cell = joint_counts(codes)
+        if plan is None:
+            plan = plan_from_joint_counts(joint, domains, ts, k, lookahead)
+            stopwatch.merge(plan.phases)
+        elif not (np.array_equal(plan.joint.cells, joint.cells) and np.array_equal(plan.joint.counts, joint.counts)):
+            raise ValueError("the SA codes do not have the joint frequencies the plan was made from")
+        fragment = plan.fragmentation.fragment_of_cell()[cell]
+        result = anonymize(qis, fragment, plan.sa_plan().buckets.domain, 1.0, k, method, seed, takeout,
+                           weights, with_emds=False, sa_plan=plan.sa_plan())
+        fragments, U = plan.fragmentation.n_fragments, plan.fragmentation.U
+    stopwatch.merge(result.phases)
+    with stopwatch.phase("metrics"):
+        closed, merges = close_classes(result, qis, codes, domains, ts, weights)
+    closed.fragments, closed.U_by_sa, closed.strategy, closed.merges = fragments, np.asarray(U), strategy, merges
+    closed.phases = stopwatch.report()
+    return closed
+
+
+@dataclass
+class MultiSAResult(SabreResult):
+    """A :class:`.sabre.SabreResult` for several SAs: ``emds`` is the first SA's;
+    ``emds_by_sa[c, i]`` the exact EMD of class c on SA i (correctly rounded)."""
+    emds_by_sa: np.ndarray | None = None
+    ts: np.ndarray | None = None
+    fragments: int = 0               # fragments ("fragments") or the chosen SA's buckets ("merge")
+    U_by_sa: np.ndarray | None = None
+    strategy: str = "merge"
+    merges: int = 0                  # classes merged away by the exact check's repair
+
+    def metrics(self) -> dict:
+        n = int(self.sizes.sum())
+        return {
+            "rows": n, "classes": self.n_classes, "buckets": int(self.fragments),
+            "U": [None if np.isnan(u) else float(u) for u in self.U_by_sa],
+            "min_class_size": int(self.sizes.min()), "max_class_size": int(self.sizes.max()),
+            "max_emd": [float(v) for v in self.emds_by_sa.max(axis=0)],
+            "ail": metrics.ail(self.il, self.sizes),
+            "discernibility": metrics.discernibility(self.sizes),
+            "aecs": metrics.average_class_size(n, self.n_classes),
+            "aecs_normalized": metrics.average_class_size(n, self.n_classes, self.k),
+            "merges": int(self.merges),
+        }
+
+
+# ---------------------------------------------------------------------------- exact check, repair
+def exact_class_emds(ec, codes, domain: SADomain) -> X.ClassEMDs:
+    """Exact EMD of every class (ids 0..C-1, all non-empty) on one SA (:mod:`.exact_emd`)."""
+    ec, codes = np.asarray(ec, dtype=np.int64), np.asarray(codes, dtype=np.int64)
+    span = int(ec.max()) + 1
+    if span * domain.m <= max(8 * len(ec), 1 << 22):         # by counting, else by sorting
+        counts = np.bincount(ec * domain.m + codes, minlength=span * domain.m)
+        keys = np.flatnonzero(counts)
+        counts = counts[keys]
+    else:
+        keys, counts = np.unique(ec * domain.m + codes, return_counts=True)
+    if domain.numerical:
+        return X.ordered_class_emds(keys // domain.m, keys % domain.m, counts, domain.m)
+    return X.hierarchical_class_emds(keys // domain.m, keys % domain.m, counts, domain.hierarchy)
+
+
+def violating(ec, codes, domains, ts) -> tuple[np.ndarray, np.ndarray]:
+    """(classes over their t on some SA, exact EMD per class and SA)."""
+    found = [exact_class_emds(ec, codes[:, i], d) for i, d in enumerate(domains)]
+    bad = np.zeros(found[0].classes, dtype=bool)
+    for f, t in zip(found, ts):
+        bad |= f.exceeds(t)
+    return bad, np.column_stack([f.emd for f in found])
+
+
+def close_classes(result: SabreResult, qis, codes, domains, ts, weights=None):
+    """The exact check of every class on every SA and the repair of any class over its t:
+    merged with its QI neighbour (classes ordered by mean Hilbert key) whose union has the
+    smaller largest EMD / t, until no class violates.  Returns (MultiSAResult, merges)."""
+    ec, n_classes = result.ec, result.n_classes
+    bad, emds = violating(ec, codes, domains, ts)
+    index, generalization, il = result.index, result.generalization, result.il
+    if bad.any():
+        mean_key = np.bincount(ec, weights=result.keys.astype(np.float64), minlength=n_classes) / result.sizes
+        rank = np.empty(n_classes, dtype=np.int64)
+        rank[np.argsort(mean_key, kind="stable")] = np.arange(n_classes)
+        ec, bad = rank[ec], bad[np.argsort(rank)]          # class ids in QI order
+        while bad.any():
+            ec = merge_neighbours(ec, bad, codes, domains, ts)
+            bad, emds = violating(ec, codes, domains, ts)
+        index = ECIndex(ec)
+        generalization, il = generalize_classes(qis, index, weights)
+    return MultiSAResult(ec, index.sizes, emds[:, 0], result.buckets, result.plan, generalization, il,
+                         result.keys, result.bucket_of_tuple, k=result.k, index=index,
+                         emds_by_sa=emds, ts=np.asarray(ts)), n_classes - index.n_classes
+
+
+def merge_neighbours(ec, bad, codes, domains, ts) -> np.ndarray:
+    """One repair round: each violating class (ids in QI order) is united with the previous
+    or next class, whichever union has the smaller ``max_i EMD_i / t_i``; chains unite."""
+    n_classes = len(bad)
+    v = np.flatnonzero(bad)
+    scores = []
+    for neighbour in (v - 1, v + 1):
+        ok = (neighbour >= 0) & (neighbour < n_classes)
+        score = np.full(len(v), np.inf)
+        score[ok] = union_scores(ec, np.stack([v[ok], neighbour[ok]], 1), codes, domains, ts)
+        scores.append(score)
+    to_next = np.zeros(n_classes - 1, dtype=bool)      # to_next[c]: c and c + 1 unite
+    with_next = scores[1] <= scores[0]
+    to_next[v[with_next]] = True
+    to_next[v[~with_next] - 1] = True
+    new_id = np.concatenate(([0], np.cumsum(~to_next)))
+    return new_id[ec]
+
+
+def union_scores(ec, pairs, codes, domains, ts) -> np.ndarray:
+    """``max_i EMD_i(a U b) / t_i`` for each pair (a, b) of classes (float EMDs of :mod:`.emd`)."""
+    sizes = np.bincount(ec).astype(np.float64)
+    out = np.zeros(len(pairs))
+    for i, d in enumerate(domains):
+        q = np.bincount(codes[:, i], minlength=d.m) / len(ec)
+        step = max(1, CHUNK_CELLS // max(d.m, 1))
+        for lo in range(0, len(pairs), step):
+            p = pairs[lo:lo + step]
+            wanted = np.full(len(sizes), -1, dtype=np.int64)
+            rows = np.zeros((len(p), d.m))
+            for side in (0, 1):
+                wanted[:] = -1
+                wanted[p[:, side]] = np.arange(len(p))
+                row = wanted[ec]
+                take = row >= 0
+                rows += np.bincount(row[take] * d.m + codes[take, i], minlength=len(p) * d.m).reshape(len(p), d.m)
+            rows /= rows.sum(axis=1, keepdims=True)
+            out[lo:lo + step] = np.maximum(out[lo:lo + step], np.atleast_1d(d.emd(rows, q[None, :])) / ts[i])
+    return out
