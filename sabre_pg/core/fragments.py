@@ -203,11 +203,11 @@ def find_fragmentation(joint: JointCounts, domains, ts, lookahead: int = 0) -> l
                 out.append(Fragmentation(list(frags), domains, joint, list(trace)))
             return out
         j, i = best
-        parts, delta = cand[j][i]
-        U = U + delta
-        trace.append((j, i, U.copy()))
+        parts = cand[j][i][0]
         frags[j:j + 1] = parts
         cand[j:j + 1] = [_candidates(joint, p, domains) for p in parts]
+        U = np.sum([f.bounds for f in frags], axis=0)     # as Fragmentation.U sums (no drift)
+        trace.append((j, i, U.copy()))
 
 
 def _candidates(joint, f, domains) -> list:
