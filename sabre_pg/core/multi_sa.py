@@ -7,10 +7,12 @@ compared in ``benchmarks/bench_multi_sa.py`` (docs/multiple-sa.md has the study)
 * ``"fragments"``: joint bucketization
   (:mod:`.fragments`: FIND-FRAGMENTATION with global normalization, then class sizing that
   checks the relaxed bound of every SA), then SABRE's takeOut with the fragments as buckets;
-* ``"merge"`` (SABRE §7; the default, the study's winner): SABRE on the most constraining SA alone (the one whose own plan
+* ``"merge"`` (SABRE §7; the study's winner on correlated SAs): SABRE on the most constraining SA alone (the one whose own plan
   gives the fewest classes), then classes are merged with a QI neighbour until every SA
   holds -- the EMD of a union is at most the largest EMD of its parts, and the whole table
-  has EMD 0, so merging ends.
+  has EMD 0, so merging ends;
+* ``"auto"`` (the default, the study's overall winner): ``"merge"``, and where merging
+  collapsed the classes (Adult at t = 0.1), the fragments when they do better.
 
 Both finish with the same **exact check and repair** (:func:`close_classes`): every class's
 EMD on every SA is recomputed in integers (:mod:`.exact_emd`); a class over its t (which the
@@ -34,7 +36,8 @@ from .redistribute import ECPlan
 from .sabre import LOOKAHEAD_GAIN, SabreResult, SAPlan, anonymize, generalize_classes, plan_from_counts
 from .stopwatch import Stopwatch
 
-STRATEGIES = ("merge", "fragments")
+STRATEGIES = ("auto", "merge", "fragments")
+AUTO_LOSS = 0.5                    # "auto" also tries the fragments when merging kept fewer classes
 CHUNK_CELLS = 1 << 22              # class x value cells of one dense EMD evaluation
 
 
@@ -92,19 +95,29 @@ def plan_from_joint_counts(joint: JointCounts, domains, ts, k: int = 1, lookahea
 
 def most_constraining(codes, domains, ts, k: int, lookahead: int = 4) -> tuple[int, SAPlan]:
     """The SA whose own SABRE plan gives the fewest classes, and that plan (ties: the first)."""
-    plans = [plan_from_counts(np.bincount(codes[:, i], minlength=d.m), d, ts[i], k, lookahead)
-             for i, d in enumerate(domains)]
+    return most_constraining_of([np.bincount(codes[:, i], minlength=d.m) for i, d in enumerate(domains)],
+                                domains, ts, k, lookahead)
+
+
+def most_constraining_of(counts, domains, ts, k: int, lookahead: int = 4) -> tuple[int, SAPlan]:
+    """:func:`most_constraining` from each SA's frequencies (``counts``) alone."""
+    plans = [plan_from_counts(c, d, t, k, lookahead) for c, d, t in zip(counts, domains, ts)]
     i = int(np.argmin([p.plan.n_classes for p in plans]))
     return i, plans[i]
 
 
 def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", seed: int = 0,
-                    takeout: str = "sweep", weights=None, lookahead: int = 4, strategy: str = "merge",
-                    plan: MultiSAPlan | None = None) -> SabreResult:
+                    takeout: str = "sweep", weights=None, lookahead: int = 4, strategy: str = "auto",
+                    plan: MultiSAPlan | None = None, base: tuple | None = None) -> SabreResult:
     """SABRE for several SAs: ``codes`` (n x d) holds each tuple's code of every SA, ``domains``
     and ``ts`` one per SA.  Returns a :class:`MultiSAResult` whose classes are all exactly
-    t_i-close on every SA i and >= k.  ``plan``: :func:`plan_from_joint_counts` made before the
-    tuples were read (``"fragments"`` only); its joint counts must be the codes'."""
+    t_i-close on every SA i and >= k.  Plans made before the tuples were read: ``plan``, the
+    :func:`plan_from_joint_counts` of the codes (``"fragments"``); ``base``, (SA index, its
+    :func:`.sabre.plan_from_counts`) of the SA to start from (``"merge"``).
+
+    ``"auto"`` (the default): ``"merge"``, unless merging lost more than half of the base SA's
+    classes and the fragments' plan promises more classes than are left; then both are run
+    and the lower AIL is kept (``AUTO_LOSS``)."""
     codes = np.asarray(codes, dtype=np.int64)
     if codes.ndim != 2 or codes.shape[1] != len(domains):
         raise ValueError("codes must have one column per SA (%d), got shape %s" % (len(domains), codes.shape))
@@ -112,29 +125,55 @@ def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", see
     if strategy not in STRATEGIES:
         raise ValueError("strategy must be one of %s, got %r" % (", ".join(STRATEGIES), strategy))
     stopwatch = Stopwatch()
-    if strategy == "merge":
-        sa, sa_plan = most_constraining(codes, domains, ts, k, lookahead)
-        stopwatch.merge(sa_plan.phases)
-        result = anonymize(qis, codes[:, sa], domains[sa], ts[sa], k, method, seed, takeout, weights,
-                           with_emds=False, sa_plan=sa_plan)
-        fragments, U = sa_plan.buckets.n_buckets, np.full(len(ts), np.nan)
-        U[sa] = sa_plan.buckets.U
+    args = (qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch)
+    if strategy == "fragments":
+        closed = _by_fragments(*args, plan)
     else:
-        joint, cell = joint_counts(codes)
-        if plan is None:
-            plan = plan_from_joint_counts(joint, domains, ts, k, lookahead)
-            stopwatch.merge(plan.phases)
-        elif not (np.array_equal(plan.joint.cells, joint.cells) and np.array_equal(plan.joint.counts, joint.counts)):
-            raise ValueError("the SA codes do not have the joint frequencies the plan was made from")
-        fragment = plan.fragmentation.fragment_of_cell()[cell]
-        result = anonymize(qis, fragment, plan.sa_plan().buckets.domain, 1.0, k, method, seed, takeout,
-                           weights, with_emds=False, sa_plan=plan.sa_plan())
-        fragments, U = plan.fragmentation.n_fragments, plan.fragmentation.U
+        closed = _by_merge(*args, base)
+        if strategy == "auto" and closed.n_classes < AUTO_LOSS * (closed.n_classes + closed.merges):
+            with stopwatch.phase("redistribute"):
+                plan = plan_from_joint_counts(joint_counts(codes)[0], domains, ts, k, lookahead)
+            if plan.n_classes > closed.n_classes:
+                other = _by_fragments(*args, plan)
+                if metrics.ail(other.il, other.sizes) < metrics.ail(closed.il, closed.sizes):
+                    closed = other
+    closed.phases = stopwatch.report()
+    return closed
+
+
+def _by_merge(qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch, base):
+    """SABRE §7: SABRE on the base SA, then the exact check's merges."""
+    if base is None:
+        base = most_constraining(codes, domains, ts, k, lookahead)
+        stopwatch.merge(base[1].phases)
+    sa, sa_plan = base
+    result = anonymize(qis, codes[:, sa], domains[sa], ts[sa], k, method, seed, takeout, weights,
+                       with_emds=False, sa_plan=sa_plan)
+    U = np.full(len(ts), np.nan)
+    U[sa] = sa_plan.buckets.U
+    return _closed(result, qis, codes, domains, ts, weights, stopwatch, sa_plan.buckets.n_buckets, U, "merge")
+
+
+def _by_fragments(qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch, plan):
+    """Joint bucketization: takeOut with the fragments as buckets, then the exact check."""
+    joint, cell = joint_counts(codes)
+    if plan is None:
+        plan = plan_from_joint_counts(joint, domains, ts, k, lookahead)
+        stopwatch.merge(plan.phases)
+    elif not (np.array_equal(plan.joint.cells, joint.cells) and np.array_equal(plan.joint.counts, joint.counts)):
+        raise ValueError("the SA codes do not have the joint frequencies the plan was made from")
+    fragment = plan.fragmentation.fragment_of_cell()[cell]
+    result = anonymize(qis, fragment, plan.sa_plan().buckets.domain, 1.0, k, method, seed, takeout,
+                       weights, with_emds=False, sa_plan=plan.sa_plan())
+    return _closed(result, qis, codes, domains, ts, weights, stopwatch, plan.fragmentation.n_fragments,
+                   plan.fragmentation.U, "fragments")
+
+
+def _closed(result, qis, codes, domains, ts, weights, stopwatch, fragments, U, strategy):
     stopwatch.merge(result.phases)
     with stopwatch.phase("metrics"):
         closed, merges = close_classes(result, qis, codes, domains, ts, weights)
     closed.fragments, closed.U_by_sa, closed.strategy, closed.merges = fragments, np.asarray(U), strategy, merges
-    closed.phases = stopwatch.report()
     return closed
 
 

@@ -225,7 +225,7 @@ def independent_check(result, codes, domains, ts, k, lp_classes=3):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(multi_tables(), st.sampled_from(["merge", "fragments"]))
+@given(multi_tables(), st.sampled_from(["auto", "merge", "fragments"]))
 def test_every_class_holds_on_every_sa(table, strategy):
     qis, codes, domains, ts, k = table
     result = anonymize_multi(qis, codes, domains, ts, k, strategy=strategy, seed=1)
