@@ -182,11 +182,12 @@ def db(dsn, sizes, t=(0.2, 0.2)):
             calls = [("single:salary", "'salary'", "%g" % t[0]), ("single:hours", "'hours'", "%g" % t[1]),
                      ("salary+hours", "ARRAY['salary','hours']", "ARRAY[%g,%g]" % t)]
             for name, sensitive, ts in calls:
-                row = conn.execute("SELECT classes, max_emd, ail, seconds FROM sabre_anonymize("
+                row = conn.execute("SELECT classes, max_emd, ail, seconds, run_id FROM sabre_anonymize("
                                    "'public.census_hours'::regclass, %%s, %s, %s, %d, options => %%s::jsonb)"
                                    % (sensitive, ts, K), (qis, options)).fetchone()
+                phases = conn.execute("SELECT phases FROM sabre.runs WHERE run_id = %s", (row[4],)).fetchone()[0]
                 out.append({"rows": n, "run": name, "classes": row[0], "max_emd": row[1], "ail": round(row[2], 4),
-                            "seconds": round(row[3], 2)})
+                            "seconds": round(row[3], 2), "phases": phases})
                 print(json.dumps(out[-1]), file=sys.stderr)
     return out
 

@@ -289,10 +289,19 @@ def even_split_fits(counts, s: int, bound, k: int) -> bool:
     if int(np.sum(counts)) // s < k:
         return False
     for first in range(0, s, CHUNK):
-        rows = np.unique(even_templates(counts, s, first, min(s, first + CHUNK)), axis=0)
-        if (bound(rows) > 1.0 + EPS).any():
+        if (bound(_distinct_rows(even_templates(counts, s, first, min(s, first + CHUNK)))) > 1.0 + EPS).any():
             return False
     return True
+
+
+def _distinct_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows of an even split's templates: each entry is ``count // s`` or one
+    more, so a row is a bitmask over the fragments (a 1-D unique when they are <= 62)."""
+    extra = rows - rows.min(axis=0)
+    if rows.shape[1] > 62 or extra.max(initial=0) > 1:
+        return np.unique(rows, axis=0)
+    _, first = np.unique(extra @ (np.int64(1) << np.arange(rows.shape[1], dtype=np.int64)), return_index=True)
+    return rows[first]
 
 
 def even_split_classes(counts, bound, k: int) -> int:

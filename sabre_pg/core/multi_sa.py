@@ -39,6 +39,7 @@ from .stopwatch import Stopwatch
 STRATEGIES = ("auto", "merge", "fragments")
 AUTO_LOSS = 0.5                    # "auto" also tries the fragments when merging kept fewer classes
 CHUNK_CELLS = 1 << 22              # class x value cells of one dense EMD evaluation
+DENSE_CELLS = 1 << 25              # class x value counts per SA that the repair keeps in memory
 
 
 @dataclass
@@ -241,7 +242,7 @@ def close_classes(result: SabreResult, qis, codes, domains, ts, weights=None):
         rank[np.argsort(mean_key, kind="stable")] = np.arange(n_classes)
         ec, bad = rank[ec], bad[np.argsort(rank)]          # class ids in QI order
         while bad.any():
-            ec = merge_neighbours(ec, bad, codes, domains, ts)
+            ec = merge_rounds(ec, bad, codes, domains, ts)
             bad, emds = violating(ec, codes, domains, ts)
         index = ECIndex(ec)
         generalization, il = generalize_classes(qis, index, weights)
@@ -250,23 +251,59 @@ def close_classes(result: SabreResult, qis, codes, domains, ts, weights=None):
                          emds_by_sa=emds, ts=np.asarray(ts)), n_classes - index.n_classes
 
 
-def merge_neighbours(ec, bad, codes, domains, ts) -> np.ndarray:
-    """One repair round: each violating class (ids in QI order) is united with the previous
-    or next class, whichever union has the smaller ``max_i EMD_i / t_i``; chains unite."""
+def merge_rounds(ec, bad, codes, domains, ts) -> np.ndarray:
+    """Repair rounds until no class is over (or within ``1e-9 t`` of) its t in float: each
+    violating class (ids in QI order) is united with the previous or next class, whichever
+    union has the smaller ``max_i EMD_i / t_i``; chains unite.  The rounds work on class x
+    value counts (a union adds its rows into its first class's; only merged classes are
+    measured again); with more than
+    ``DENSE_CELLS`` counts per SA, one round on the tuples.  The caller checks exactly."""
+    n_classes = len(bad)
+    if any(n_classes * d.m > DENSE_CELLS for d in domains):
+        return _unite(bad, lambda v, w: union_scores(ec, np.stack([v, w], 1), codes, domains, ts))[ec]
+    counts = [np.bincount(ec * d.m + codes[:, i], minlength=n_classes * d.m).reshape(n_classes, d.m)
+              for i, d in enumerate(domains)]
+    tables = [c.sum(axis=0) / len(ec) for c in counts]
+    label = np.arange(n_classes)
+    heads = np.arange(n_classes)          # the row of ``counts`` holding each class's counts
+    while bad.any():
+        new_id = _unite(bad, lambda v, w: _ratio([c[heads[v]] + c[heads[w]] for c in counts], domains, tables, ts))
+        starts = np.flatnonzero(np.r_[True, np.diff(new_id) > 0])
+        joined = np.flatnonzero(np.diff(new_id) == 0) + 1          # classes united with the one before
+        for c in counts:
+            np.add.at(c, heads[starts][new_id[joined]], c[heads[joined]])
+        heads, label = heads[starts], new_id[label]
+        merged = np.flatnonzero(np.diff(np.r_[starts, len(new_id)]) > 1)
+        bad = np.zeros(len(starts), dtype=bool)
+        bad[merged] = _ratio([c[heads[merged]] for c in counts], domains, tables, ts) > 1.0 - 1e-9
+    return label[ec]
+
+
+def _ratio(rows, domains, tables, ts) -> np.ndarray:
+    """``max_i EMD_i / t_i`` of classes given as count rows per SA (float EMDs of :mod:`.emd`)."""
+    out = np.zeros(len(rows[0]))
+    for c, d, q, t in zip(rows, domains, tables, ts):
+        p = c / np.maximum(c.sum(axis=1, keepdims=True), 1)
+        out = np.maximum(out, np.atleast_1d(d.emd(p, q[None, :])) / t)
+    return out
+
+
+def _unite(bad, score) -> np.ndarray:
+    """New id of every class after one round: each violating class v joins v - 1 or v + 1,
+    whichever ``score(v, w)`` is smaller."""
     n_classes = len(bad)
     v = np.flatnonzero(bad)
     scores = []
     for neighbour in (v - 1, v + 1):
         ok = (neighbour >= 0) & (neighbour < n_classes)
-        score = np.full(len(v), np.inf)
-        score[ok] = union_scores(ec, np.stack([v[ok], neighbour[ok]], 1), codes, domains, ts)
-        scores.append(score)
+        found = np.full(len(v), np.inf)
+        found[ok] = score(v[ok], neighbour[ok])
+        scores.append(found)
     to_next = np.zeros(n_classes - 1, dtype=bool)      # to_next[c]: c and c + 1 unite
     with_next = scores[1] <= scores[0]
     to_next[v[with_next]] = True
     to_next[v[~with_next] - 1] = True
-    new_id = np.concatenate(([0], np.cumsum(~to_next)))
-    return new_id[ec]
+    return np.concatenate(([0], np.cumsum(~to_next)))
 
 
 def union_scores(ec, pairs, codes, domains, ts) -> np.ndarray:
