@@ -145,8 +145,8 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
     with clock.phase("build_classes"):
         classes = publish.write_classes(plpy, req, run, result, data.data, keys_table, hierarchies)
     with clock.phase("build_output"):
-        out = publish.write_output(plpy, req, run, classes, keys_table, summary[0] if several else summary,
-                                   data.sa_codes, result)
+        out = publish.write_output(plpy, req, run, classes, keys_table, summary,
+                                   data.codes_by_sa if several else data.sa_codes, result)
     with clock.phase("check"):
         written = publish.check_written(plpy, req, out, result,
                                         [s.hierarchy for s in summary] if several else summary.hierarchy)

@@ -295,30 +295,48 @@ def shuffled_by_class(ec: np.ndarray, n_classes: int) -> np.ndarray:
 
 def output_from_classes_sql(req, table, classes, summary, codes, result):
     """(SQL, types, params): <output> by expanding each class (in ec_id order) into its rows'
-    SA values: one array grouped by EC (an integer SA's own values, else codes), each class
-    unnests its slice."""
-    sa, gen = req.sa, req.generalized_columns()
-    sorted_codes = np.asarray(codes, dtype=np.int64)[shuffled_by_class(result.ec, result.n_classes)]
-    starts = np.concatenate(([0], np.cumsum(result.sizes)[:-1])).tolist()
-    class_columns = ", ".join("c.%s" % C.ident(g) for g in gen)
-    slice_ = "pg_catalog.unnest(($1::%s[])[($2::int8[])[c.ec_id + 1] + 1 : ($2::int8[])[c.ec_id + 1] + c.size])"
-    if sa.numerical and sa.typname in C.INTEGER_TYPES:
-        # the values themselves, in the column's own type: no lookup per row
-        sql = "CREATE TABLE %s AS SELECT c.ec_id, %s, %s AS %s FROM %s AS c" % (
-            table, class_columns, slice_ % sa.typname, C.ident(sa.name), classes)
-        return sql, ["%s[]" % sa.typname, "int8[]"], [summary.distinct[sorted_codes].tolist(), starts]
-    outer = ", ".join("x.%s" % C.ident(g) for g in gen)
-    if sa.numerical:
-        value, join = from_float("($3::float8[])[x.code + 1]", sa.col), ""
-        values, vtype = np.asarray(summary.distinct, dtype=np.float64).tolist(), "float8[]"
-    else:
-        value = "m.v::%s" % sa.col["type"]
-        join = " JOIN pg_catalog.unnest($3::text[]) WITH ORDINALITY AS m(v, i) ON m.i = x.code + 1"
-        values, vtype = list(summary.hierarchy.leaves), "text[]"
-    sql = "CREATE TABLE %s AS SELECT x.ec_id, %s, %s AS %s FROM (SELECT c.ec_id, %s, %s AS code " \
-          "FROM %s AS c) AS x%s" % (table, outer, value, C.ident(sa.name), class_columns, slice_ % "int8",
-                                    classes, join)
-    return sql, ["int8[]", "int8[]", vtype], [sorted_codes.tolist(), starts, values]
+    SA values: per SA one array grouped by EC (an integer SA's own values, else codes), each
+    class unnests its slice (several SAs: ``summary`` a list, ``codes`` one column per SA,
+    their slices unnested side by side)."""
+    summaries = summary if isinstance(summary, list) else [summary]
+    codes = np.asarray(codes, dtype=np.int64).reshape(len(result.ec), len(summaries))
+    codes = codes[shuffled_by_class(result.ec, result.n_classes)]
+    st = _Params([np.concatenate(([0], np.cumsum(result.sizes)[:-1])).tolist()], ["int8[]"])
+    slice_ = "pg_catalog.unnest(($%d::%s[])[($1::int8[])[c.ec_id + 1] + 1 : ($1::int8[])[c.ec_id + 1] + c.size]) AS a%d"
+    inner, outer, joins = [], [], []
+    for j, (sa, one) in enumerate(zip(req.sensitive, summaries)):
+        code = "x.a%d" % j
+        if sa.numerical and sa.typname in C.INTEGER_TYPES:
+            # the values themselves, in the column's own type: no lookup per row
+            inner.append(slice_ % (st.add(one.distinct[codes[:, j]].tolist(), sa.typname + "[]"), sa.typname, j))
+            value = code
+        elif sa.numerical:
+            inner.append(slice_ % (st.add(codes[:, j].tolist(), "int8[]"), "int8", j))
+            values = np.asarray(one.distinct, dtype=np.float64).tolist()
+            value = from_float("($%d::float8[])[%s + 1]" % (st.add(values, "float8[]"), code), sa.col)
+        else:
+            inner.append(slice_ % (st.add(codes[:, j].tolist(), "int8[]"), "int8", j))
+            joins.append(" JOIN pg_catalog.unnest($%d::text[]) WITH ORDINALITY AS m%d(v, i) ON m%d.i = %s + 1"
+                         % (st.add(list(one.hierarchy.leaves), "text[]"), j, j, code))
+            value = "m%d.v::%s" % (j, sa.col["type"])
+        outer.append("%s AS %s" % (value, C.ident(sa.name)))
+    gen = req.generalized_columns()
+    sql = "CREATE TABLE %s AS SELECT x.ec_id, %s FROM (SELECT c.ec_id, %s FROM %s AS c) AS x%s" % (
+        table, ", ".join(["x.%s" % C.ident(g) for g in gen] + outer),
+        ", ".join(["c.%s" % C.ident(g) for g in gen] + inner), classes, "".join(joins))
+    return sql, st.types, st.params
+
+
+class _Params:
+    """Parameters of a statement as they are added; ``add`` returns the new one's number."""
+
+    def __init__(self, params, types):
+        self.params, self.types = params, types
+
+    def add(self, values, sqltype) -> int:
+        self.params.append(values)
+        self.types.append(sqltype)
+        return len(self.params)
 
 
 def output_from_source_sql(req, table, classes, keys_table):
@@ -333,7 +351,7 @@ def output_from_source_sql(req, table, classes, keys_table):
 
 def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
     table = req.output.temporary_qualified(run.run_id, "o")
-    if not req.options.keep and len(req.sensitive) == 1 and exact_from_codes(req.sa):
+    if not req.options.keep and all(exact_from_codes(sa) for sa in req.sensitive):
         # serial: a parallel worker would first copy the array parameters (+0.4 s at 1M rows)
         with C.settings(plpy, max_parallel_workers_per_gather=0):
             _execute(plpy, output_from_classes_sql(req, table, classes, summary, codes, result))
