@@ -230,33 +230,21 @@ def violating(ec, codes, domains, ts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def close_classes(result: SabreResult, qis, codes, domains, ts, weights=None):
-    """The check of every class on every SA and the repair of any class over its t: merged
-    with its QI neighbour (classes ordered by mean Hilbert key) whose union has the smaller
-    largest EMD / t, until no class violates in exact arithmetic.  A first pass in float on
-    class x value counts finds the classes to repair; the exact check runs once after the
-    repair (again only if it finds what float missed).  Returns (MultiSAResult, merges)."""
+    """The exact check of every class on every SA and the repair of any class over its t:
+    merged with its QI neighbour (classes ordered by mean Hilbert key) whose union has the
+    smaller largest EMD / t (:func:`merge_rounds`), until no class violates in exact
+    arithmetic.  Returns (MultiSAResult, merges)."""
     ec, n_classes = result.ec, result.n_classes
-    counts = class_counts(ec, n_classes, codes, domains)
-    if counts is None:
-        bad = violating(ec, codes, domains, ts)[0]
-    else:
-        tables = [c.sum(axis=0) / len(ec) for c in counts]
-        bad = _ratio(counts, domains, tables, ts) > 1.0 - 1e-9
-    index, generalization, il = result.index, result.generalization, result.il
-    repaired = bad.any()
-    if repaired:
-        mean_key = np.bincount(ec, weights=result.keys.astype(np.float64), minlength=n_classes) / result.sizes
-        order = np.argsort(mean_key, kind="stable")
-        rank = np.empty(n_classes, dtype=np.int64)
-        rank[order] = np.arange(n_classes)
-        ec, bad = rank[ec], bad[order]                      # class ids in QI order
-        ec = merge_rounds(ec, bad, codes, domains, ts, None if counts is None else [c[order] for c in counts])
     bad, emds = violating(ec, codes, domains, ts)
-    while bad.any():
-        repaired = True
-        ec = merge_rounds(ec, bad, codes, domains, ts)
-        bad, emds = violating(ec, codes, domains, ts)
-    if repaired:
+    index, generalization, il = result.index, result.generalization, result.il
+    if bad.any():
+        mean_key = np.bincount(ec, weights=result.keys.astype(np.float64), minlength=n_classes) / result.sizes
+        rank = np.empty(n_classes, dtype=np.int64)
+        rank[np.argsort(mean_key, kind="stable")] = np.arange(n_classes)
+        ec, bad = rank[ec], bad[np.argsort(rank)]          # class ids in QI order
+        while bad.any():
+            ec = merge_rounds(ec, bad, codes, domains, ts)
+            bad, emds = violating(ec, codes, domains, ts)
         index = ECIndex(ec)
         generalization, il = generalize_classes(qis, index, weights)
     return MultiSAResult(ec, index.sizes, emds[:, 0], result.buckets, result.plan, generalization, il,
@@ -272,15 +260,15 @@ def class_counts(ec, n_classes, codes, domains) -> list | None:
             for i, d in enumerate(domains)]
 
 
-def merge_rounds(ec, bad, codes, domains, ts, counts=None) -> np.ndarray:
+def merge_rounds(ec, bad, codes, domains, ts) -> np.ndarray:
     """Repair rounds until no class is over (or within ``1e-9 t`` of) its t in float: each
     violating class (ids in QI order) is united with the previous or next class, whichever
     union has the smaller ``max_i EMD_i / t_i``; chains unite.  The rounds work on class x
-    value counts (``counts``, else made here; a union adds its rows into its first class's
-    and only merged classes are measured again); with more than ``DENSE_CELLS`` counts per
-    SA, one round on the tuples.  The caller checks exactly."""
+    value counts (a union adds its rows into its first class's and only merged classes are
+    measured again); with more than ``DENSE_CELLS`` counts per SA, one round on the tuples.
+    The caller checks exactly."""
     n_classes = len(bad)
-    counts = class_counts(ec, n_classes, codes, domains) if counts is None else counts
+    counts = class_counts(ec, n_classes, codes, domains)
     if counts is None:
         return _unite(bad, lambda v, w: union_scores(ec, np.stack([v, w], 1), codes, domains, ts))[ec]
     tables = [c.sum(axis=0) / len(ec) for c in counts]
