@@ -13,6 +13,8 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``generalize``            EC generalization: ranges and LCAs
 ``metrics``               §3.2/§6 IL, AIL, closeness, discernibility, AECS
 ``sabre``                 the pipeline (Algorithm 1): ``SAPlan``, ``anonymize``
+``fragments``             several SAs: the thesis's fragments (joint bucketization), sizing
+``multi_sa``              several SAs, each with its own t: §7 merge, exact check and repair
 ``stopwatch``             ``PHASES`` and the ``Stopwatch`` that times them
 ========================  =================================================
 """
