@@ -14,6 +14,7 @@ with ``search_path = pg_catalog, pg_temp``; the source arrives as an OID.
 from __future__ import annotations
 
 from sabre_pg.core.metrics import discernibility
+from sabre_pg.core.multi_sa import anonymize_multi, most_constraining_of
 from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
@@ -48,17 +49,80 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
         return _publish(plpy, req, data, summary, result, hierarchies, clock)
 
 
+@E.entry_point
+def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
+    """The array overload: several SAs, each with its own t (docs/multiple-sa.md).  The same
+    stages, with one SA summary per SA; SABRE plans on each, and the engine starts from the
+    most constraining one and merges classes until every SA holds (``core.multi_sa``)."""
+    if sensitive is None or t is None:
+        raise E.null_not_allowed("sensitive and t must not be NULL", request.SENSITIVE_HINT)
+    with C.settings(plpy, work_mem="256MB"):
+        clock = Stopwatch()
+        with clock.phase("validate"):
+            req = request.build(plpy, source, source_name, quasi_identifiers, list(sensitive), list(t), k, method,
+                                output, options)
+            hierarchies = scan.hierarchies(plpy, req)
+            encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+        with clock.phase("summary"):
+            summaries = [scan.sa_summary(plpy, req, hierarchies.get(sa.name), sa) for sa in req.sensitive]
+            base = _base(req, summaries)
+        for sa, summary in zip(req.sensitive, summaries):
+            if sa.name not in encodings and summary.text_codes() is not None:
+                encodings[sa.name] = scan.encode(plpy, summary.text_codes())
+        clock.phases["summary"] -= sum(base[1].phases.values())
+        clock.merge(base[1].phases)
+        with clock.phase("read"):
+            data = scan.read(plpy, req, encodings, summaries)
+        qis = [QuasiIdentifier(a.name, data.data[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
+        try:
+            result = anonymize_multi(qis, data.codes_by_sa, [s.domain() for s in summaries], req.thresholds, req.k,
+                                     method=req.method, seed=req.options.seed, takeout=req.options.takeout,
+                                     weights=req.options.weights, strategy="auto", base=base)
+        except ValueError as e:
+            raise E.invalid_parameter(str(e), ENGINE_HINT)
+        if result.n_classes == 1 and data.rows >= 2 * req.k:
+            raise infeasible(req, req.sensitive)
+        clock.merge(result.phases)
+        return _publish(plpy, req, data, summaries, result, hierarchies, clock)
+
+
+def _feasible_k(req, rows):
+    """k against the rows of the SA summary (fails fast when k cannot be met)."""
+    try:
+        check_k(req.k, rows)
+    except ValueError as e:
+        raise E.invalid_parameter(str(e), "Every equivalence class needs at least k rows: choose k <= %d." % rows)
+
+
 def _plan(req, summary):
     """Bucketization and ECSize on the SA summary (fails fast when k cannot be met)."""
-    try:
-        check_k(req.k, summary.rows)
-    except ValueError as e:
-        raise E.invalid_parameter(str(e), "Every equivalence class needs at least k rows: choose k <= %d."
-                                  % summary.rows)
+    _feasible_k(req, summary.rows)
     try:
         return plan_from_counts(summary.counts, summary.domain(), req.t, req.k, req.options.lookahead)
     except ValueError as e:
         raise E.invalid_parameter(str(e), ENGINE_HINT)
+
+
+def _base(req, summaries):
+    """(index, plan) of the most constraining SA: SABRE's plan on each SA's summary."""
+    _feasible_k(req, summaries[0].rows)
+    try:
+        base = most_constraining_of([s.counts for s in summaries], [s.domain() for s in summaries],
+                                    req.thresholds, req.k, req.options.lookahead)
+    except ValueError as e:
+        raise E.invalid_parameter(str(e), ENGINE_HINT)
+    if base[1].plan.n_classes == 1 and summaries[0].rows >= 2 * req.k:
+        raise infeasible(req, [req.sensitive[base[0]]])
+    return base
+
+
+def infeasible(req, culprits):
+    """No solution but the whole table as one class, in a table that could hold two."""
+    names = ", ".join('"%s" (t = %g)' % (a.name, t) for a, t in zip(req.sensitive, req.thresholds) if a in culprits)
+    return E.invalid_parameter(
+        "no feasible solution: only the whole table as one class keeps every class within t on %s" % names,
+        "Raise the t of %s, or anonymize with fewer sensitive attributes; sabre_estimate shows the classes "
+        "each t allows for one attribute." % names)
 
 
 def _engine(req, data, summary, plan, hierarchies):
@@ -72,6 +136,8 @@ def _engine(req, data, summary, plan, hierarchies):
 
 
 def _publish(plpy, req, data, summary, result, hierarchies, clock):
+    """Stage 4; ``summary`` is a list, one per SA, for the several-SA overload."""
+    several = isinstance(summary, list)
     run = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     with clock.phase("write_keys"):
@@ -79,9 +145,13 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
     with clock.phase("build_classes"):
         classes = publish.write_classes(plpy, req, run, result, data.data, keys_table, hierarchies)
     with clock.phase("build_output"):
-        out = publish.write_output(plpy, req, run, classes, keys_table, summary, data.sa_codes, result)
+        out = publish.write_output(plpy, req, run, classes, keys_table, summary,
+                                   data.codes_by_sa if several else data.sa_codes, result)
     with clock.phase("check"):
-        written = publish.check_written(plpy, req, out, result, summary.hierarchy)
+        written = publish.check_written(plpy, req, out, result,
+                                        [s.hierarchy for s in summary] if several else summary.hierarchy)
+    every = written if several else [written]
+    written = every[0]
     with clock.phase("swap"):
         publish.swap(plpy, req, run, prev, {"": out, "_classes": classes, "_keys": keys_table})
         publish.comment(plpy, req, run)
@@ -91,7 +161,11 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
              "classes": written.classes, "buckets": metrics["buckets"], "u": metrics["U"],
              "min_class_size": written.min_class_size, "max_class_size": int(written.sizes.max()),
              "max_emd": written.max_emd, "ail": metrics["ail"], "discernibility": discernibility(written.sizes)}
+    if several:
+        facts["u"] = max(u for u in metrics["U"] if u is not None)     # the bucketization's SA
+    facts["sensitive_attributes"] = [a.name for a in req.sensitive]
+    facts["t_values"], facts["max_emds"] = list(req.thresholds), [w.max_emd for w in every]
     facts["phases"], facts["seconds"] = clock.report(), clock.total()
     output_oid = publish.record(plpy, req, run, facts)
     return [(run.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"],
-             facts["max_emd"], facts["ail"], facts["seconds"])]
+             facts["max_emds"] if several else facts["max_emd"], facts["ail"], facts["seconds"])]

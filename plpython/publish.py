@@ -212,10 +212,20 @@ class ClassesTable:
         labels = list(self.hierarchies[a.name].labels)
         self.selects.append(lambda st: st.label(a.name, labels))
 
+    def emds(self) -> list:
+        """(unnest alias, column, EMD per class) per SA: ``emd`` alone, or ``emd_<sa>`` each."""
+        names = self.req.emd_columns()
+        if len(names) == 1:
+            return [("emd", "emd", self.result.emds)]
+        return [("e%d" % i, name, self.result.emds_by_sa[:, i]) for i, name in enumerate(names)]
+
     def statement(self, table):
         """(SQL, types, params)."""
-        st = _Statement(T.BitPack(self.fields), self.result.emds, self.floats)
-        select = ["u.ec_id", "%s AS size" % st.field("size"), "u.emd"] + [make(st) for make in self.selects]
+        emds = self.emds()
+        st = _Statement(T.BitPack(self.fields), emds, self.floats)
+        select = ["u.ec_id", "%s AS size" % st.field("size")] + [
+            "u.emd" if alias == name else "u.%s AS %s" % (alias, C.ident(name)) for alias, name, _ in emds] + \
+            [make(st) for make in self.selects]
         sql = "CREATE TABLE %s AS SELECT %s FROM (SELECT pg_catalog.generate_series(0::int8, %d::int8) AS ec_id, %s) " \
               "AS u %s" % (table, ", ".join(select), self.result.n_classes - 1, ", ".join(st.unnests), " ".join(st.joins))
         if self.exact_aggs:
@@ -231,7 +241,8 @@ class _Statement:
     def __init__(self, pack, emds, floats):
         self.pack, self.words = pack, ["u.w%d" % j for j in range(len(pack.words))]
         self.params, self.types, self.unnests, self.joins = [], [], [], []
-        self.array("emd", emds.tolist(), "float8[]")
+        for alias, _, values in emds:
+            self.array(alias, np.asarray(values, dtype=np.float64).tolist(), "float8[]")
         for j, w in enumerate(pack.words):
             self.array("w%d" % j, w.tolist(), "int8[]")
         for j, f in enumerate(floats):
@@ -287,37 +298,55 @@ def shuffled_by_class(ec: np.ndarray, n_classes: int) -> np.ndarray:
 
 def output_from_classes_sql(req, table, classes, summary, codes, result):
     """(SQL, types, params): <output> by expanding each class (in ec_id order) into its rows'
-    SA values: one array grouped by EC (an integer SA's own values, else codes), each class
-    unnests its slice."""
-    sa, gen = req.sa, req.generalized_columns()
-    sorted_codes = np.asarray(codes, dtype=np.int64)[shuffled_by_class(result.ec, result.n_classes)]
-    starts = np.concatenate(([0], np.cumsum(result.sizes)[:-1])).tolist()
-    class_columns = ", ".join("c.%s" % C.ident(g) for g in gen)
-    slice_ = "pg_catalog.unnest(($1::%s[])[($2::int8[])[c.ec_id + 1] + 1 : ($2::int8[])[c.ec_id + 1] + c.size])"
-    if sa.numerical and sa.typname in C.INTEGER_TYPES:
-        # the values themselves, in the column's own type: no lookup per row
-        sql = "CREATE TABLE %s AS SELECT c.ec_id, %s, %s AS %s FROM %s AS c" % (
-            table, class_columns, slice_ % sa.typname, C.ident(sa.name), classes)
-        return sql, ["%s[]" % sa.typname, "int8[]"], [summary.distinct[sorted_codes].tolist(), starts]
-    outer = ", ".join("x.%s" % C.ident(g) for g in gen)
-    if sa.numerical:
-        value, join = from_float("($3::float8[])[x.code + 1]", sa.col), ""
-        values, vtype = np.asarray(summary.distinct, dtype=np.float64).tolist(), "float8[]"
-    else:
-        value = "m.v::%s" % sa.col["type"]
-        join = " JOIN pg_catalog.unnest($3::text[]) WITH ORDINALITY AS m(v, i) ON m.i = x.code + 1"
-        values, vtype = list(summary.hierarchy.leaves), "text[]"
-    sql = "CREATE TABLE %s AS SELECT x.ec_id, %s, %s AS %s FROM (SELECT c.ec_id, %s, %s AS code " \
-          "FROM %s AS c) AS x%s" % (table, outer, value, C.ident(sa.name), class_columns, slice_ % "int8",
-                                    classes, join)
-    return sql, ["int8[]", "int8[]", vtype], [sorted_codes.tolist(), starts, values]
+    SA values: per SA one array grouped by EC (an integer SA's own values, else codes), each
+    class unnests its slice (several SAs: ``summary`` a list, ``codes`` one column per SA,
+    their slices unnested side by side)."""
+    summaries = summary if isinstance(summary, list) else [summary]
+    codes = np.asarray(codes, dtype=np.int64).reshape(len(result.ec), len(summaries))
+    codes = codes[shuffled_by_class(result.ec, result.n_classes)]
+    st = _Params([np.concatenate(([0], np.cumsum(result.sizes)[:-1])).tolist()], ["int8[]"])
+    slice_ = "pg_catalog.unnest(($%d::%s[])[($1::int8[])[c.ec_id + 1] + 1 : ($1::int8[])[c.ec_id + 1] + c.size]) AS a%d"
+    inner, outer, joins = [], [], []
+    for j, (sa, one) in enumerate(zip(req.sensitive, summaries)):
+        code = "x.a%d" % j
+        if sa.numerical and sa.typname in C.INTEGER_TYPES:
+            # the values themselves, in the column's own type: no lookup per row
+            inner.append(slice_ % (st.add(one.distinct[codes[:, j]].tolist(), sa.typname + "[]"), sa.typname, j))
+            value = code
+        elif sa.numerical:
+            inner.append(slice_ % (st.add(codes[:, j].tolist(), "int8[]"), "int8", j))
+            values = np.asarray(one.distinct, dtype=np.float64).tolist()
+            value = from_float("($%d::float8[])[%s + 1]" % (st.add(values, "float8[]"), code), sa.col)
+        else:
+            inner.append(slice_ % (st.add(codes[:, j].tolist(), "int8[]"), "int8", j))
+            joins.append(" JOIN pg_catalog.unnest($%d::text[]) WITH ORDINALITY AS m%d(v, i) ON m%d.i = %s + 1"
+                         % (st.add(list(one.hierarchy.leaves), "text[]"), j, j, code))
+            value = "m%d.v::%s" % (j, sa.col["type"])
+        outer.append("%s AS %s" % (value, C.ident(sa.name)))
+    gen = req.generalized_columns()
+    sql = "CREATE TABLE %s AS SELECT x.ec_id, %s FROM (SELECT c.ec_id, %s FROM %s AS c) AS x%s" % (
+        table, ", ".join(["x.%s" % C.ident(g) for g in gen] + outer),
+        ", ".join(["c.%s" % C.ident(g) for g in gen] + inner), classes, "".join(joins))
+    return sql, st.types, st.params
+
+
+class _Params:
+    """Parameters of a statement as they are added; ``add`` returns the new one's number."""
+
+    def __init__(self, params, types):
+        self.params, self.types = params, types
+
+    def add(self, values, sqltype) -> int:
+        self.params.append(values)
+        self.types.append(sqltype)
+        return len(self.params)
 
 
 def output_from_source_sql(req, table, classes, keys_table):
     """<output> joined from the source (keep columns, or an SA not rebuilt exactly from codes),
     rows of a class in random order."""
     select = ["k.ec_id"] + ["c.%s" % C.ident(g) for g in req.generalized_columns()] + \
-             ["s.%s" % C.ident(req.sa.name)] + ["s.%s" % C.ident(c) for c in req.options.keep]
+             ["s.%s" % C.ident(a.name) for a in req.sensitive] + ["s.%s" % C.ident(c) for c in req.options.keep]
     return ("CREATE TABLE %s AS SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
             "JOIN %s AS c ON c.ec_id = k.ec_id ORDER BY k.ec_id, pg_catalog.random()" % (
                 table, ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
@@ -325,7 +354,7 @@ def output_from_source_sql(req, table, classes, keys_table):
 
 def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
     table = req.output.temporary_qualified(run.run_id, "o")
-    if not req.options.keep and exact_from_codes(req.sa):
+    if not req.options.keep and all(exact_from_codes(sa) for sa in req.sensitive):
         # serial: a parallel worker would first copy the array parameters (+0.4 s at 1M rows)
         with C.settings(plpy, max_parallel_workers_per_gather=0):
             _execute(plpy, output_from_classes_sql(req, table, classes, summary, codes, result))
@@ -337,8 +366,17 @@ def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
 # ---------------------------------------------------------------------------- check
 def check_written(plpy, req, table, result, hierarchy):
     """The pre-swap check: class sizes and EMDs recomputed from the rows written to ``table``
-    with the independent exact EMD must be the engine's classes, each >= k rows and within t."""
-    written = closeness.measure(plpy, table, req.sa.name, req.sa.col, hierarchy)
+    with the independent exact EMD must be the engine's classes, each >= k rows and within t.
+    Several SAs: ``hierarchy`` is a list (one per SA), each SA is checked against its own t,
+    and the list of measurements is returned."""
+    if isinstance(hierarchy, list):
+        return [_check_one(plpy, req, table, result, h, sa, t)
+                for h, sa, t in zip(hierarchy, req.sensitive, req.thresholds)]
+    return _check_one(plpy, req, table, result, hierarchy, req.sa, req.t)
+
+
+def _check_one(plpy, req, table, result, hierarchy, sa, t):
+    written = closeness.measure(plpy, table, sa.name, sa.col, hierarchy)
     expected = np.sort(result.sizes)
     if written.classes != result.n_classes or not np.array_equal(np.sort(written.sizes), expected):
         raise E.source_changed(
@@ -346,12 +384,13 @@ def check_written(plpy, req, table, result, hierarchy):
             "the source changed while sabre read it" % (written.classes, result.n_classes),
             "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
             "its queries see one snapshot.")
-    violations = written.violations(req.t, req.k)
+    violations = written.violations(t, req.k)
     if violations:
         raise E.source_changed(
-            "%d class(es) of the output written violate t = %g or k = %d in exact arithmetic (max EMD %.6g, "
+            "%d class(es) of the output written violate t = %g%s or k = %d in exact arithmetic (max EMD %.6g, "
             "smallest class %d): the source changed while sabre read it" % (
-                violations, req.t, req.k, written.max_emd, written.min_class_size),
+                violations, t, "" if len(req.sensitive) == 1 else " on %s" % sa.name, req.k, written.max_emd,
+                written.min_class_size),
             "Run again, or call sabre_anonymize inside a REPEATABLE READ transaction so that all of "
             "its queries see one snapshot.")
     return written
@@ -481,8 +520,10 @@ def _rename(plpy, req, run, built):
 
 def comment(plpy, req, run):
     """Each relation's COMMENT, carrying the run's identity (only an owner can set it)."""
-    texts = {"": "sabre-pg output of run %d: %s anonymized with SABRE-%s, t = %g, k = %d" % (
-                 run.run_id, req.source["qname"], req.method.upper(), req.t, req.k),
+    closeness_text = "t = %g" % req.t if len(req.sensitive) == 1 else ", ".join(
+        "t = %g on %s" % (t, a.name) for a, t in zip(req.sensitive, req.thresholds))
+    texts = {"": "sabre-pg output of run %d: %s anonymized with SABRE-%s, %s, k = %d" % (
+                 run.run_id, req.source["qname"], req.method.upper(), closeness_text, req.k),
              "_classes": "sabre-pg equivalence classes of run %d" % run.run_id,
              "_keys": "sabre-pg run %d: source key -> SA bucket, Hilbert key, equivalence class" % run.run_id}
     if req.options.labels:

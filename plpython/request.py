@@ -24,6 +24,7 @@ K_HINT = "k is the minimum number of rows per equivalence class."
 MAX_NAME = 63                      # NAMEDATALEN - 1 bytes
 LONGEST_SUFFIX = "_classes_pkey"
 CLASS_COLUMNS = ("ec_id", "size", "emd")   # <output>_classes besides the generalized QIs
+SENSITIVE_HINT = "Give one t per sensitive attribute, in the same order: sensitive => ARRAY['a','b'], t => ARRAY[0.2, 0.3]."
 RELKINDS = ("r", "v", "m", "p", "f")
 
 
@@ -106,10 +107,25 @@ class Request:
     method: str
     options: Options
     output: Output
+    sas: tuple = ()                # several SAs (the array overload): every SA, sa is the first
+    ts: tuple = ()                 # their t, in the same order (t is the first)
+
+    @property
+    def sensitive(self) -> tuple:
+        """Every sensitive attribute (one for the single-SA overload)."""
+        return self.sas or (self.sa,)
+
+    @property
+    def thresholds(self) -> tuple:
+        return self.ts or (self.t,)
 
     @property
     def attrs(self) -> tuple:
-        return self.qis + (self.sa,)
+        return self.qis + self.sensitive
+
+    def emd_columns(self) -> list:
+        """The classes' EMD columns, one per SA: ``emd`` for a single SA, else ``emd_<sa>``."""
+        return ["emd"] if len(self.sensitive) == 1 else ["emd_" + a.name for a in self.sensitive]
 
     def row_filter(self, prefix: str = "s.") -> str:
         """`` WHERE`` clause dropping rows with a NULL attribute (options.nulls = 'drop')."""
@@ -123,17 +139,20 @@ class Request:
 
     def named_columns(self) -> dict:
         """{table: [(column, where it comes from)]} for the output and its classes."""
-        own = [(n, "sabre's own column") for n in CLASS_COLUMNS]
+        own = [(n, "sabre's own column") for n in CLASS_COLUMNS[:2] + tuple(self.emd_columns())]
         qis = [(c, "quasi-identifier %s" % a.name) for a in self.qis for c in a.published_as()]
-        return {"output": own[:1] + qis + [(self.sa.name, "the sensitive attribute")] +
-                [(c, "options.keep") for c in self.options.keep],
+        sas = [(a.name, "the sensitive attribute") for a in self.sensitive]
+        return {"output": own[:1] + qis + sas + [(c, "options.keep") for c in self.options.keep],
                 "classes": own + qis}
 
 
 def build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options) -> Request:
-    """The request, or the first argument error (SabreError)."""
+    """The request, or the first argument error (SabreError).  ``sensitive`` and ``t`` are a
+    column name and a number, or (the array overload) lists of them, one t per SA."""
     given = C.parse_options(plpy, options, OPTION_KEYS, OPTIONS_EXAMPLE)
-    t = C.check_t(t, T_HINT)
+    several = isinstance(sensitive, list)
+    ts = sensitive_thresholds(sensitive, t) if several else ()
+    t = ts[0] if several else C.check_t(t, T_HINT)
     k = C.check_k(k, K_HINT)
     check_method(method)
     src = C.resolve_relation(plpy, source, source_name)
@@ -145,9 +164,29 @@ def build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
     opts = parse_options(given, columns, qis)
     key = find_key(plpy, src, columns, given.get("key"))
     out = output_names(plpy, src, output)
-    req = Request(src, columns, tuple(qis), sa, key, t, k, method, opts, out)
+    req = Request(src, columns, tuple(qis), sa[0], key, t, k, method, opts, out, tuple(sa), ts) if several \
+        else Request(src, columns, tuple(qis), sa, key, t, k, method, opts, out)
     check_column_names(req)
     return req
+
+
+def sensitive_thresholds(sensitive, t) -> tuple:
+    """The SA names and t arrays of the several-SA overloads (sabre_anonymize, sabre_verify),
+    checked: no NULL, one t per SA, no SA twice, every t in (0, 1]; returns the ts."""
+    for name, value in (("sensitive", sensitive), ("t", t)):
+        if value is None or not len(value) or any(v is None for v in value):
+            raise E.SabreError(E.NULL_NOT_ALLOWED if value is None or len(value) else E.INVALID_PARAMETER,
+                               "%s must be a non-empty array without NULLs" % name, SENSITIVE_HINT)
+    if len(sensitive) != len(t):
+        raise E.invalid_parameter("sensitive has %d attributes but t has %d values (arrays of different lengths)"
+                                  % (len(sensitive), len(t)), SENSITIVE_HINT)
+    seen = set()
+    for name in sensitive:
+        if name in seen:
+            raise E.duplicate_column('sensitive attribute "%s" is listed twice' % name,
+                                     "List each sensitive column once, with its own t.")
+        seen.add(name)
+    return tuple(C.check_t(v, T_HINT) for v in t)
 
 
 def check_method(method):
@@ -242,7 +281,9 @@ def parse_weights(weights, names):
 
 
 def attributes(columns, quasi_identifiers, sensitive, hierarchies):
-    """(QIs, SA) as :class:`Attr`, with their kinds; a named hierarchy makes a column categorical."""
+    """(QIs, SA) as :class:`Attr`, with their kinds; a named hierarchy makes a column categorical.
+    ``sensitive`` a list (several SAs): (QIs, list of SAs)."""
+    sensitives = list(sensitive) if isinstance(sensitive, list) else [sensitive]
     if not quasi_identifiers:
         raise E.invalid_parameter("quasi_identifiers is empty",
                                   "List the columns an attacker may know, e.g. ARRAY['age','sex','zip'].")
@@ -255,18 +296,19 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
         if q in seen:
             raise E.duplicate_column('quasi-identifier "%s" is listed twice' % q, "List each column once.")
         seen.add(q)
-    for q in names + [sensitive]:
+    for q in names + sensitives:
         if q is None or q not in columns:
             raise E.undefined_column('column "%s" does not exist in the source' % q,
                                      "Available columns: %s. Names are case-sensitive and not parsed: pass "
                                      "them exactly as stored." % ", ".join(list(columns)[:30]))
-    if sensitive in seen:
-        raise E.invalid_parameter(
-            'the sensitive attribute "%s" is also listed among the quasi-identifiers' % sensitive,
-            "Remove it from quasi_identifiers: its values are published unchanged.")
-    hierarchies = _hierarchy_names(hierarchies or {}, seen, sensitive)
+    for sa in sensitives:
+        if sa in seen:
+            raise E.invalid_parameter(
+                'the sensitive attribute "%s" is also listed among the quasi-identifiers' % sa,
+                "Remove it from quasi_identifiers: its values are published unchanged.")
+    hierarchies = _hierarchy_names(hierarchies or {}, seen, sensitives)
     attrs = []
-    for name in names + [sensitive]:
+    for name in names + sensitives:
         col = columns[name]
         kind = "categorical" if name in hierarchies else C.kind_of(col)
         if kind is None:
@@ -275,15 +317,17 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
                 "Numeric and date/time types are numerical; text, varchar, bool and enum are "
                 "categorical. Cast the column in a view.")
         attrs.append(Attr(name, col, kind, hierarchies.get(name)))
+    if isinstance(sensitive, list):
+        return attrs[:len(names)], attrs[len(names):]
     return attrs[:-1], attrs[-1]
 
 
-def _hierarchy_names(hierarchies, qis, sensitive) -> dict:
+def _hierarchy_names(hierarchies, qis, sensitives) -> dict:
     if not isinstance(hierarchies, dict):
         raise E.invalid_parameter("options.hierarchies must map column names to hierarchy names",
                                   'For example {"marital": "marital_h"}.')
     for col, name in hierarchies.items():
-        if col not in qis and col != sensitive:
+        if col not in qis and col not in sensitives:
             raise E.invalid_parameter(
                 'options.hierarchies names column "%s", which is neither a quasi-identifier nor the '
                 'sensitive attribute' % col, "Hierarchies apply to the listed columns only.")

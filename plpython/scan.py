@@ -73,6 +73,7 @@ class Scan:
     keys: object                   # int64 array (integer keys) or list of the keys' text
     data: list                     # per attribute: numbers, or leaf positions
     sa_codes: np.ndarray
+    codes_by_sa: np.ndarray | None = None     # several SAs: one column of codes per SA
 
 
 def encode(plpy, leaves: list) -> Encoding:
@@ -92,9 +93,9 @@ def encode(plpy, leaves: list) -> Encoding:
 def hierarchies(plpy, req) -> dict:
     """{attribute name: Hierarchy} of the categorical QIs, and of the SA when one is named
     (a flat SA hierarchy comes from the SA summary)."""
-    found = {}
+    found, sensitive = {}, [sa.name for sa in req.sensitive]
     for a in req.attrs:
-        if a.numerical or (a is req.sa and a.hierarchy_name is None):
+        if a.numerical or (a.name in sensitive and a.hierarchy_name is None):
             continue
         if a.hierarchy_name is not None:
             found[a.name] = C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
@@ -108,16 +109,17 @@ def hierarchies(plpy, req) -> dict:
     return found
 
 
-def sa_summary(plpy, req, hierarchy: Hierarchy | None) -> SASummary:
-    """The SA frequency summary: one ``GROUP BY`` over the sensitive column.
+def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
+    """The SA frequency summary: one ``GROUP BY`` over the sensitive column (``sa``, by
+    default the request's first).
 
     A value that is no leaf of a named hierarchy is reported here, matched exactly by text; a
     numerical SA's distinct values are int8 for integer types, else the float8 of the read.
     """
-    sa, source, where = req.sa, req.source["qname"], req.row_filter()
+    sa, source, where = sa or req.sa, req.source["qname"], req.row_filter()
     c = "s." + C.ident(sa.name)
     if sa.numerical and sa.typname == "numeric":
-        return _numeric_summary(plpy, req, c)
+        return _numeric_summary(plpy, req, c, sa)
     if sa.numerical:
         integer = sa.typname in C.INTEGER_TYPES
         vtype = "int8" if integer else "float8"
@@ -149,7 +151,7 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None) -> SASummary:
     return SASummary(int(r["total"]), counts, distinct, hierarchy)
 
 
-def _numeric_summary(plpy, req, column) -> SASummary:
+def _numeric_summary(plpy, req, column, sa) -> SASummary:
     """A ``numeric`` SA, exactly: its distinct values in numeric order (their canonical text,
     ``trim_scale``, is what the read hashes), so no two values merge as they would in float8."""
     source, where = req.source["qname"], req.row_filter()
@@ -162,7 +164,7 @@ def _numeric_summary(plpy, req, column) -> SASummary:
         "pg_catalog.array_agg(g.n ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns "
         "FROM (SELECT %s AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (column, source, where))[0]
     if r["bad"]:
-        raise nonfinite_error([(req.sa.name, r["bad"])])
+        raise nonfinite_error([(sa.name, r["bad"])])
     _check_rows(plpy, req, r)
     return SASummary(int(r["total"]), np.asarray(r["ns"] or [], dtype=np.int64), None, None, list(r["vs"] or []))
 
@@ -286,13 +288,15 @@ class ReadPlan:
         return positions, int(high_sum) == sum(int(c) * h for c, h in zip(counts.tolist(), high) if c)
 
 
-def read(plpy, req, encodings: dict, summary: SASummary) -> Scan:
+def read(plpy, req, encodings: dict, summary) -> Scan:
     """The scan, validated: every categorical value a leaf, the key unique, and the SA's
-    frequencies those of the summary (else 40001: the source changed in between)."""
+    frequencies those of the summary (else 40001: the source changed in between).
+    ``summary``: an :class:`SASummary`, or a list of them, one per SA (several SAs)."""
     plan = ReadPlan(req, encodings)
     n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
+    sensitive = [sa.name for sa in req.sensitive]
     for a in missing:
-        if a is req.sa and a.numerical:            # a numeric SA value the summary did not have
+        if a.name in sensitive and a.numerical:    # a numeric SA value the summary did not have
             raise source_changed(req.source["qname"], "a value of the SA was not in the summary")
         raise missing_values(plpy, req, a, encodings[a.name].leaves)
     if not req.key.unique:
@@ -301,11 +305,17 @@ def read(plpy, req, encodings: dict, summary: SASummary) -> Scan:
             raise E.invalid_parameter('options.key column "%s" is not unique (%d duplicates)'
                                       % (req.key.name, n - distinct),
                                       "The key must identify each row; use a primary key or a unique column.")
-    codes, same = sa_codes(data[-1], summary)
-    if n != summary.rows or not same or \
-            not np.array_equal(np.bincount(codes, minlength=len(summary.counts)), summary.counts):
-        raise source_changed(req.source["qname"], "the SA frequencies of the summary and of the scan differ")
-    return Scan(n, keys, data, codes)
+    summaries = summary if isinstance(summary, list) else [summary]
+    columns = []
+    for j, one in enumerate(summaries):
+        codes, same = sa_codes(data[len(req.qis) + j], one)
+        if n != one.rows or not same or \
+                not np.array_equal(np.bincount(codes, minlength=len(one.counts)), one.counts):
+            raise source_changed(req.source["qname"], "the SA frequencies of the summary and of the scan differ")
+        columns.append(codes)
+    if isinstance(summary, list):
+        return Scan(n, keys, data, columns[0], np.column_stack(columns).astype(np.int64))
+    return Scan(n, keys, data, columns[0])
 
 
 def sa_codes(values, summary: SASummary):

@@ -5,13 +5,17 @@ whole relation (one row per source row, so it equals the source's).  A numerical
 ordered EMD, a categorical SA the hierarchical EMD under ``hierarchy`` (equal distance if
 NULL).  Sizes and EMDs are exact (:mod:`.closeness`, :mod:`sabre_pg.core.exact_emd`): a class
 violates when its EMD exceeds t as a rational number, or it has fewer than k rows.  Nothing
-is read from the run catalog.
+is read from the run catalog.  ``run_multi`` checks several sensitive columns, each against
+its own t (docs/multiple-sa.md).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from . import closeness
 from . import common as C
 from . import errors as E
+from . import request
 
 EC_ID_TYPES = ("int2", "int4", "int8")
 
@@ -31,6 +35,38 @@ def run(plpy, output, sensitive, t, k, hierarchy, l=None):
             C.fail(plpy, C.NULL_NOT_ALLOWED, "%s must not be NULL" % name,
                    "Pass the output relation and the name of its sensitive column (sensitive may be NULL "
                    "only when t and l are).")
+    rel, cols = _relation(plpy, output)
+    if sensitive is not None:
+        _column(plpy, rel, cols, sensitive)
+    if t is not None and l is None:
+        res = _measure(plpy, rel, cols, sensitive, hierarchy)
+        return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
+    return [_diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy)]
+
+
+@E.entry_point
+def run_multi(plpy, output, sensitive, t, k, hierarchies):
+    """Several SAs, each with its own t: a class violates when it exceeds the t of any SA or
+    has fewer than k rows; ``max_emd`` per SA.  ``hierarchies`` (NULL, or one name or NULL per
+    SA) as ``hierarchy`` of the one-SA form."""
+    if output is None or sensitive is None or t is None:
+        C.fail(plpy, C.NULL_NOT_ALLOWED, "output, sensitive and t must not be NULL", request.SENSITIVE_HINT)
+    ts = request.sensitive_thresholds(list(sensitive), list(t))
+    C.check_k(k, "Pass the k the output was made for (1 checks t-closeness only).")
+    hierarchies = [None] * len(sensitive) if hierarchies is None else list(hierarchies)
+    if len(hierarchies) != len(sensitive):
+        C.fail(plpy, C.INVALID_PARAMETER, "hierarchies has %d entries for %d sensitive attributes"
+               % (len(hierarchies), len(sensitive)), "Give one hierarchy name (or NULL) per sensitive attribute.")
+    rel, cols = _relation(plpy, output)
+    found = [_measure(plpy, rel, cols, sa, h) for sa, h in zip(sensitive, hierarchies)]
+    bad = np.zeros(found[0].classes, dtype=bool)
+    for res, limit in zip(found, ts):
+        bad |= res.violating(limit, k)
+    return [(found[0].classes, int(np.count_nonzero(bad)), [res.max_emd for res in found], found[0].min_class_size)]
+
+
+def _relation(plpy, output):
+    """The output relation and its columns, with an integer ``ec_id``."""
     rel = C.resolve_relation(plpy, output)
     cols = C.columns(plpy, rel["oid"])
     if closeness.EC not in cols:
@@ -40,16 +76,22 @@ def run(plpy, output, sensitive, t, k, hierarchy, l=None):
         C.fail(plpy, C.DATATYPE_MISMATCH, 'column "ec_id" of %s has type %s, not an integer type'
                % (rel["qname"], cols[closeness.EC]["type"]),
                "Class ids must be smallint, integer or bigint (sabre_anonymize writes bigint).")
-    if sensitive is not None and sensitive not in cols:
-        C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in %s' % (sensitive, rel["qname"]),
+    return rel, cols
+
+
+def _column(plpy, rel, cols, name):
+    if name not in cols:
+        C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in %s' % (name, rel["qname"]),
                "Available columns: %s." % ", ".join(cols))
-    if t is not None and l is None:
-        h = None
-        if hierarchy is not None:
-            h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
-        res = closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
-        return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
-    return [_diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy)]
+
+
+def _measure(plpy, rel, cols, sensitive, hierarchy):
+    """Exact sizes and EMDs of the classes on one sensitive column."""
+    _column(plpy, rel, cols, sensitive)
+    h = None
+    if hierarchy is not None:
+        h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
+    return closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
 
 
 def _diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy):
@@ -60,8 +102,7 @@ def _diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy):
         bad |= distinct < l
     max_emd = None
     if t is not None:
-        h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive) if hierarchy is not None else None
-        res = closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
+        res = _measure(plpy, rel, cols, sensitive, hierarchy)
         bad |= res.exceeds(t)       # classes in ec_id order in both
         max_emd = res.max_emd
     return (len(ids), int(bad.sum()), max_emd, int(sizes.min()) if len(sizes) else 0)

@@ -32,6 +32,12 @@ CENSUS_CATEGORICAL = [column for column, _, kind in CENSUS_COLUMNS if kind == "c
 CENSUS_NUMERICAL = [column for column, _, kind in CENSUS_COLUMNS if kind == "numerical"]
 (CENSUS_SENSITIVE,) = [column for column, _, kind in CENSUS_COLUMNS if kind == "sensitive"]
 
+# Hours worked per week: a second numerical SA (docs/multiple-sa.md), not a column of the
+# generated table; ``hours_sql`` derives it from salary, age and the row key:
+# BASE + PER_SALARY * salary + PER_AGE * max(age - 50, 0) + NOISE * (u1 + u2 - 1), rounded,
+# within [HOURS_MIN, HOURS_MAX] (u1, u2 uniform in [0, 1) drawn from the key).
+HOURS_MIN, HOURS_MAX = 1, 99
+HOURS_BASE, HOURS_PER_SALARY, HOURS_PER_AGE, HOURS_NOISE = 30.0, 0.4, -0.4, 10.0
 AGE_MIN, AGE_MAX = 17, 95          # 79 distinct ages
 EDU_MIN, EDU_MAX = 1, 17           # 17 education levels (1 = none ... 17 = doctorate)
 SALARY_MIN, SALARY_MAX = 1, 50     # 50 income brackets of 2 k$; 50 = top-coded (>= 98 k$)
@@ -197,3 +203,13 @@ def census_hierarchy(column: str) -> Hierarchy:
     leaves keep the domain order (``census_values``), which is already pre-order."""
     census_hierarchy_csv(column)  # validates the name
     return Hierarchy(HIERARCHY_ROWS[column], name=column)
+
+
+def hours_sql(salary: str = "salary", age: str = "age", key: str = "id") -> str:
+    """SQL expression of the census's hours worked (see ``HOURS_*``) from the columns
+    ``salary``, ``age`` and an integer ``key`` (names already quoted as needed)."""
+    uniform = "((pg_catalog.hashint8extended((%s)::int8, %d) & 9007199254740991)::float8 / 9007199254740992.0)"
+    value = "%r + %r * %s + %r * GREATEST(%s - 50, 0) + %r * (%s + %s - 1)" % (
+        HOURS_BASE, HOURS_PER_SALARY, salary, HOURS_PER_AGE, age, HOURS_NOISE,
+        uniform % (key, 71), uniform % (key, 72))
+    return "LEAST(GREATEST(pg_catalog.round(%s)::int, %d), %d)" % (value, HOURS_MIN, HOURS_MAX)

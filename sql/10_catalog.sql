@@ -89,6 +89,11 @@ ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relations text[] NOT NULL DEF
 -- Rows recorded before 0.2.0 have neither, so no rerun replaces and no purge drops them.
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS relation_oids oid[] NOT NULL DEFAULT '{}';
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS identity text;
+-- several sensitive attributes (docs/multiple-sa.md): every SA, its t and its max EMD, in order;
+-- sensitive, t and max_emd hold the first's
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS sensitive_attributes text[];
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS t_values double precision[];
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS max_emds double precision[];
 
 COMMENT ON TABLE @schema@.runs IS
     'One row per successful sabre_anonymize call (a failed call rolls back and leaves no row); '
@@ -159,7 +164,7 @@ BEGIN
         run_id, source, source_oid, output_name, output_oid, keys_table, relations, relation_oids,
         identity, quasi_identifiers, sensitive, t, k, method, options, status, started_at,
         finished_at, rows, classes, buckets, u, min_class_size, max_class_size, max_emd, ail,
-        discernibility, phases, seconds, run_by)
+        discernibility, phases, seconds, run_by, sensitive_attributes, t_values, max_emds)
     SELECT run_record.run_id, source::pg_catalog.text, source, output::pg_catalog.text, output,
            relations[pg_catalog.array_length(relations, 1)]::pg_catalog.text,
            (SELECT pg_catalog.array_agg(r::pg_catalog.text) FROM pg_catalog.unnest(relations) AS r),
@@ -173,7 +178,13 @@ BEGIN
            (facts->>'buckets')::int, (facts->>'u')::float8, (facts->>'min_class_size')::bigint,
            (facts->>'max_class_size')::bigint, (facts->>'max_emd')::float8, (facts->>'ail')::float8,
            (facts->>'discernibility')::bigint, facts->'phases', (facts->>'seconds')::float8,
-           pg_catalog.pg_get_userbyid(owner_oid);
+           pg_catalog.pg_get_userbyid(owner_oid),
+           (SELECT pg_catalog.array_agg(x ORDER BY i) FROM pg_catalog.jsonb_array_elements_text(facts->'sensitive_attributes')
+                   WITH ORDINALITY AS a(x, i)),
+           (SELECT pg_catalog.array_agg(x::pg_catalog.float8 ORDER BY i)
+              FROM pg_catalog.jsonb_array_elements_text(facts->'t_values') WITH ORDINALITY AS a(x, i)),
+           (SELECT pg_catalog.array_agg(x::pg_catalog.float8 ORDER BY i)
+              FROM pg_catalog.jsonb_array_elements_text(facts->'max_emds') WITH ORDINALITY AS a(x, i));
 END
 $fn$;
 COMMENT ON FUNCTION @schema@.run_record(bigint, regclass, regclass[], regclass, jsonb) IS

@@ -104,3 +104,58 @@ $fn$;
 COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, integer, text, integer) IS
     'Recompute t-closeness (t NULL: not checked), k-anonymity and distinct l-diversity (l) of an output '
     'from the relation alone (classes = ec_id groups)';
+
+-- Several sensitive attributes, each with its own t (docs/multiple-sa.md): the array overloads.
+CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize_impl(
+    source            oid,
+    source_name       text,
+    quasi_identifiers text[],
+    sensitive         text[],
+    t                 double precision[],
+    k                 integer,
+    method            text,
+    output            text,
+    options           jsonb)
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision[], ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import anonymize
+return anonymize.run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_anonymize_impl(oid, text, text[], text[], double precision[], integer, text, text, jsonb) IS
+    'Internal: the implementation behind the several-SA sabre_anonymize';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
+    source            regclass,
+    quasi_identifiers text[],
+    sensitive         text[],
+    t                 double precision[],
+    k                 integer DEFAULT 1,
+    method            text DEFAULT 'ak',
+    output            text DEFAULT NULL,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision[], ail double precision,
+               seconds double precision)
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text[], double precision[], integer, text, text, jsonb) IS
+    'SABRE t-closeness for several sensitive attributes, each with its own t (one per SA, same order)';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
+    output      regclass,
+    sensitive   text[],
+    t           double precision[],
+    k           integer DEFAULT 1,
+    hierarchies text[] DEFAULT NULL)
+RETURNS TABLE (classes bigint, violations bigint, max_emd double precision[], min_class_size bigint)
+LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import verify
+return verify.run_multi(plpy, output, sensitive, t, k, hierarchies)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text[], double precision[], integer, text[]) IS
+    'Recompute t-closeness on several sensitive columns (each with its own t) and k-anonymity of an output';

@@ -14,6 +14,8 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``metrics``               §3.2/§6 IL, AIL, closeness, discernibility, AECS
 ``sabre``                 the pipeline (Algorithm 1): ``SAPlan``, ``anonymize``
 ``window``                §5 SABRE_W: windows, the three cases, S_G (``advance``, ``StreamRun``)
+``fragments``             several SAs: the thesis's fragments (joint bucketization), sizing
+``multi_sa``              several SAs, each with its own t: §7 merge, exact check and repair
 ``stopwatch``             ``PHASES`` and the ``Stopwatch`` that times them
 ========================  =================================================
 """
