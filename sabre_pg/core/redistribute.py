@@ -157,8 +157,11 @@ def _unique_rows(vectors: np.ndarray):
         key = offsets @ (np.int64(1) << np.arange(n_buckets, dtype=np.int64))
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return vectors[first], np.asarray(inv).reshape(-1)
-    uniq, inv = np.unique(vectors, axis=0, return_inverse=True)
-    return uniq, np.asarray(inv).reshape(-1)
+    first: dict = {}                              # row bytes -> first row (no B-field structured sort)
+    inv = np.fromiter((first.setdefault(v.tobytes(), i) for i, v in enumerate(vectors)),
+                      dtype=np.int64, count=len(vectors))
+    rows, inv = np.unique(inv, return_inverse=True)
+    return vectors[rows], np.asarray(inv).reshape(-1)
 
 
 @dataclass
@@ -212,7 +215,7 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
             else:
                 halves[key] = None
         fresh = [v for v in kids if v.tobytes() not in halves]
-        level = np.unique(np.array(fresh), axis=0) if fresh else np.empty((0, len(counts)), np.int64)
+        level = _unique_rows(np.array(fresh))[0] if fresh else np.empty((0, len(counts)), np.int64)
     leaves: dict = {}
 
     def n_leaves(key):
