@@ -17,12 +17,14 @@ from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical
 from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
+from .mondrian import mondrian
 from .parameters import check_k, check_lookahead, check_t
 from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
-METHODS = ("ak", "knn")
+METHODS = ("ak", "knn", "mondrian")
+PARTITIONING = ("mondrian",)         # methods that cut the QI space instead of using templates
 TAKEOUTS = ("sweep", "random")
 # A look-ahead bucketization replaces the current one only with this factor more classes:
 # on the census-like data at t = 0.35, 4 buckets gave 16,384 classes against 3 buckets'
@@ -237,7 +239,12 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
               sa_plan: SAPlan | None = None) -> SabreResult:
-    """Run SABRE-AK (``method='ak'``) or SABRE-KNN (``'knn'``).
+    """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``) or the paper's baseline
+    t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut).
+
+    The SA plan (bucketization, EC-size tree) and the Hilbert keys are made for every method:
+    the database's side table records each tuple's bucket and key; t-Mondrian's classes do
+    not depend on them.
 
     ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
     takes seeds in Hilbert order.  KNN always uses random seeds.
@@ -270,19 +277,24 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     with stopwatch.phase("hilbert"):
         keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     bucket_key_order = None
-    with stopwatch.phase("takeout"):
-        if method == "knn":
-            ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
-        elif takeout == "sweep":
-            ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
-        else:
-            ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
+    if method in PARTITIONING:
+        with stopwatch.phase("partition"):
+            ec = mondrian(qis, sa_codes, domain, t, k)
+    else:
+        with stopwatch.phase("takeout"):
+            if method == "knn":
+                ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
+            elif takeout == "sweep":
+                ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
+            else:
+                ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
+    n_classes = int(ec.max()) + 1
     with stopwatch.phase("generalize"):
-        index = ECIndex(ec, plan.n_classes)
+        index = ECIndex(ec, n_classes)
         generalization, il, il_paper = generalize_classes(qis, index, weights, paper=True)
     with stopwatch.phase("metrics"):
-        emds = class_emds(ec, sa_codes, domain, plan.n_classes, counts / n, order=index.order) \
-            if with_emds else np.zeros(plan.n_classes)
+        emds = class_emds(ec, sa_codes, domain, n_classes, counts / n, order=index.order) \
+            if with_emds else np.zeros(n_classes)
     return SabreResult(ec, index.sizes, emds, bucketization, plan, generalization, il, keys, bucket,
                        k=int(k), phases=stopwatch.report(), index=index,
                        bucket_key_order=bucket_key_order, il_paper=il_paper)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-ENGINE_PHASES = ("bucketize", "redistribute", "hilbert", "takeout", "generalize", "metrics")
+ENGINE_PHASES = ("bucketize", "redistribute", "hilbert", "takeout", "partition", "refine", "generalize",
+                 "metrics")
 PHASES = ("validate", "summary", "read") + ENGINE_PHASES + (
     "write_keys", "build_classes", "build_output", "check", "swap", "total")
 
