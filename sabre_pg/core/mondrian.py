@@ -74,8 +74,14 @@ class Partitioner:
         return exact.class_ids[keep], ~exact.violating(self.t, self.k)[keep]
 
 
-def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
-    """Cut every partition q with ``dim[q] >= 0`` at the median of QI ``dim[q]``.
+def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray,
+              stratified: np.ndarray | None = None) -> tuple[np.ndarray, int, np.ndarray]:
+    """Cut every partition q with ``dim[q] >= 0`` on QI ``dim[q]``.
+
+    Mondrian's cut: at the median value.  ``stratified[q]``: SABRE's dichotomize along the
+    QI instead -- of every SA value's rows in q, the half with the smaller QI values goes left
+    (odd counts give their extra row alternately left and right), so both parts keep about
+    q's SA distribution and stay close to the table's when q is (the refinement's cut).
 
     Returns (part, n_parts, cut): the new partition id per row (a kept cut gives its two parts
     new ids), the new number of ids, and ``cut[q]``: whether q's cut was kept (t-close and
@@ -89,14 +95,10 @@ def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray) -
     order = np.lexsort((v, owner))
     rows, owner, v = rows[order], owner[order], v[order]
     sizes = np.bincount(owner, minlength=n_parts)
-    starts = np.cumsum(sizes) - sizes
-    median = np.zeros(n_parts)
-    has = sizes > 0
-    median[has] = v[starts[has] + sizes[has] // 2]
-    left = v < median[owner]
-    if not left.all():
-        empty = np.bincount(owner, weights=left, minlength=n_parts) == 0
-        left |= empty[owner] & (v <= median[owner])
+    left = _median_cut(owner, v, sizes, n_parts)
+    if stratified is not None and stratified.any():
+        s = stratified[owner]
+        left[s] = _stratified_cut(p.codes[rows[s]], owner[s], n_parts)
     n_left = np.bincount(owner, weights=left, minlength=n_parts)
     splittable = (n_left > 0) & (n_left < sizes)
     candidate = splittable[owner]
@@ -111,6 +113,39 @@ def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray) -
     return part, 3 * n_parts, cut
 
 
+def _median_cut(owner, v, sizes, n_parts) -> np.ndarray:
+    """Rows sorted by (partition, value): left = below the partition's median value (or at
+    most the median when it is the smallest value)."""
+    starts = np.cumsum(sizes) - sizes
+    median = np.zeros(n_parts)
+    has = sizes > 0
+    median[has] = v[starts[has] + sizes[has] // 2]
+    left = v < median[owner]
+    empty = np.bincount(owner, weights=left, minlength=n_parts) == 0
+    return left | (empty[owner] & (v <= median[owner]))
+
+
+def _stratified_cut(codes, owner, n_parts) -> np.ndarray:
+    """Rows sorted by (partition, value): left = the first half, in value order, of each SA
+    code's rows of the partition; odd counts round up and down alternately (dichotomize)."""
+    order = np.lexsort((codes, owner))          # stable: value order within each (owner, code)
+    o, c = owner[order], codes[order]
+    new = np.r_[True, (o[1:] != o[:-1]) | (c[1:] != c[:-1])]
+    group = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    count = np.diff(np.r_[first, len(o)])
+    rank = np.arange(len(o)) - first[group]
+    odd = count & 1
+    new_owner = np.r_[True, o[first][1:] != o[first][:-1]]
+    owner_of_group = np.cumsum(new_owner) - 1
+    odd_rank = np.cumsum(odd) - odd             # odd groups before, counted from the table's start
+    odd_rank -= (odd_rank - 0)[np.flatnonzero(new_owner)][owner_of_group]
+    half = count // 2 + (odd * ((odd_rank & 1) == 0))
+    left = np.empty(len(o), dtype=bool)
+    left[order] = rank < half[group]
+    return left
+
+
 def mondrian(qis, sa_codes, domain: SADomain, t: float, k: int,
              part: np.ndarray | None = None) -> np.ndarray:
     """t-Mondrian: the class id (0..C-1) of every row.  ``part`` (optional): a partition of
@@ -121,19 +156,25 @@ def mondrian(qis, sa_codes, domain: SADomain, t: float, k: int,
     return split_all(p, part)
 
 
-def split_all(p: Partitioner, part: np.ndarray) -> np.ndarray:
-    """Cut every partition of ``part`` (ids 0..P-1) while a cut is allowed; class ids 0..C-1."""
+def split_all(p: Partitioner, part: np.ndarray, stratify: bool = False) -> np.ndarray:
+    """Cut every partition of ``part`` (ids 0..P-1) while a cut is allowed; class ids 0..C-1.
+
+    Each partition tries its QIs widest first; with ``stratify``, a refused median cut is
+    retried as a stratified cut on the same QI before the next QI."""
     n_parts = int(part.max()) + 1 if len(part) else 0
-    tries = np.zeros(n_parts, dtype=np.int64)    # QIs already refused, per partition
+    tries = np.zeros(n_parts, dtype=np.int64)    # cuts already refused, per partition
     final = np.zeros(n_parts, dtype=bool)
     d = p.columns.shape[1]
+    modes = 2 if stratify else 1
     while not final.all():
         live = np.where(final[part], -1, part)
         spans = p.spans(live, n_parts)
-        pick = np.argsort(-spans, axis=1, kind="stable")[np.arange(n_parts), np.minimum(tries, d - 1)]
-        usable = ~final & (tries < d) & (spans[np.arange(n_parts), pick] > 0)
+        attempt = np.minimum(tries // modes, d - 1)
+        pick = np.argsort(-spans, axis=1, kind="stable")[np.arange(n_parts), attempt]
+        usable = ~final & (tries < d * modes) & (spans[np.arange(n_parts), pick] > 0)
         final |= ~usable
-        new_part, new_n, cut = cut_round(p, live, n_parts, np.where(usable, pick, -1))
+        new_part, new_n, cut = cut_round(p, live, n_parts, np.where(usable, pick, -1),
+                                         (tries % modes) == 1)
         tries[usable & ~cut] += 1
         part = np.where(final[part], part, new_part)
         grown = new_n - n_parts

@@ -20,11 +20,12 @@ from .hilbert import hilbert_keys
 from .mondrian import mondrian
 from .parameters import check_k, check_lookahead, check_t
 from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
+from .refine import refine
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
-METHODS = ("ak", "knn", "mondrian")
-PARTITIONING = ("mondrian",)         # methods that cut the QI space instead of using templates
+METHODS = ("ak", "knn", "mondrian", "refine")
+PARTITIONING = ("mondrian", "refine")   # methods that cut the QI space instead of using templates
 TAKEOUTS = ("sweep", "random")
 # A look-ahead bucketization replaces the current one only with this factor more classes:
 # on the census-like data at t = 0.35, 4 buckets gave 16,384 classes against 3 buckets'
@@ -239,8 +240,9 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
               sa_plan: SAPlan | None = None) -> SabreResult:
-    """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``) or the paper's baseline
-    t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut).
+    """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
+    t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
+    refined by stratified cuts (``'refine'``, :mod:`.refine`).
 
     The SA plan (bucketization, EC-size tree) and the Hilbert keys are made for every method:
     the database's side table records each tuple's bucket and key; t-Mondrian's classes do
@@ -280,6 +282,9 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     if method in PARTITIONING:
         with stopwatch.phase("partition"):
             ec = mondrian(qis, sa_codes, domain, t, k)
+        if method == "refine":
+            with stopwatch.phase("refine"):
+                ec = refine(qis, sa_codes, domain, t, k, ec)
     else:
         with stopwatch.phase("takeout"):
             if method == "knn":

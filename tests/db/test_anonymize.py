@@ -192,8 +192,9 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
     assert not [r for r in relations(conn) if r[1].startswith("sabre_tmp_") and r[2] == "r"]
 
 
-@pytest.mark.parametrize("method,keep", [("ak", ["id"]), ("ak", []), ("knn", []), ("mondrian", [])],
-                         ids=["ak-keep-id", "ak", "knn", "mondrian"])
+@pytest.mark.parametrize("method,keep", [("ak", ["id"]), ("ak", []), ("knn", []), ("mondrian", []),
+                                        ("refine", ["id"])],
+                         ids=["ak-keep-id", "ak", "knn", "mondrian", "refine-keep-id"])
 def test_census_end_to_end(pg_conn, method, keep):
     """keep = []: the output is built from the classes alone; keep = ["id"]: with the source."""
     hier = make_census(pg_conn)
