@@ -38,6 +38,11 @@ class Partitioner:
         self.table_counts = np.bincount(self.codes, minlength=domain.m)
         lo, hi = self.columns.min(axis=0), self.columns.max(axis=0)
         self.scale = np.where(hi > lo, hi - lo, 1.0)
+        self.ties = None        # a secondary order of the rows (rank), for equal QI values
+
+    def order_ties(self, keys: np.ndarray) -> None:
+        """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
+        self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
@@ -92,7 +97,7 @@ def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray,
         return part, n_parts, cut
     owner = part[rows]
     v = p.columns[rows, dim[owner]]
-    order = np.lexsort((v, owner))
+    order = np.lexsort((v, owner) if p.ties is None else (p.ties[rows], v, owner))
     rows, owner, v = rows[order], owner[order], v[order]
     sizes = np.bincount(owner, minlength=n_parts)
     left = _median_cut(owner, v, sizes, n_parts)

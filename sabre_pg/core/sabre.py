@@ -284,7 +284,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
             ec = mondrian(qis, sa_codes, domain, t, k)
         if method == "refine":
             with stopwatch.phase("refine"):
-                ec = refine(qis, sa_codes, domain, t, k, ec)
+                ec = refine(qis, sa_codes, domain, t, k, ec, keys)
     else:
         with stopwatch.phase("takeout"):
             if method == "knn":
