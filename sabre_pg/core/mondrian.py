@@ -21,6 +21,7 @@ import numpy as np
 
 from .emd import SADomain
 from .exact_emd import domain_class_emds
+from .generalize import stable_argsort
 
 __all__ = ["mondrian", "Partitioner"]
 
@@ -34,7 +35,8 @@ class Partitioner:
         self.qis = qis
         self.codes = np.asarray(sa_codes, dtype=np.int64)
         self.domain, self.t, self.k = domain, t, k
-        self.columns = np.column_stack([np.asarray(qi.values, dtype=np.float64) for qi in qis])
+        self.columns = np.asfortranarray(np.column_stack([np.asarray(qi.values, dtype=np.float64)
+                                                          for qi in qis]))     # gathers by column
         self.table_counts = np.bincount(self.codes, minlength=domain.m)
         lo, hi = self.columns.min(axis=0), self.columns.max(axis=0)
         self.scale = np.where(hi > lo, hi - lo, 1.0)
@@ -48,13 +50,13 @@ class Partitioner:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
         are ignored."""
         rows = np.flatnonzero(part >= 0)
-        order = rows[np.argsort(part[rows], kind="stable")]
+        order = rows[stable_argsort(part[rows])]
         sizes = np.bincount(part[rows], minlength=n_parts)
         present = np.flatnonzero(sizes)
         starts = np.concatenate(([0], np.cumsum(sizes[present])[:-1]))
         out = np.zeros((n_parts, len(self.qis)))
         for j, qi in enumerate(self.qis):
-            v = self.columns[order, j]
+            v = self.columns[:, j][order]
             lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
             if qi.numerical:
                 out[present, j] = (hi - lo) / self.scale[j]
