@@ -120,3 +120,17 @@ def test_stratified_cut_halves_every_sa_value():
     # code 0: rows 0, 2, 4, 8 -> 0, 2 left; code 1 (odd, 1st odd): rows 1, 3, 6 -> 1, 3 left;
     # code 2: rows 5, 7 -> 5 left
     assert np.flatnonzero(left).tolist() == [0, 1, 2, 3, 5]
+
+
+def test_stratified_cut_alternates_odd_counts_within_each_partition():
+    """Two partitions with the same rows: each starts its odd-count alternation afresh, and
+    each keeps its own rows (left halves computed per partition)."""
+    from sabre_pg.core.mondrian import _stratified_cut
+    codes = np.array([0, 1, 0, 1, 0, 2, 1, 2, 0] * 2)
+    owner = np.repeat([0, 1], 9)
+    left = _stratified_cut(codes, owner, 2)
+    assert np.flatnonzero(left[:9]).tolist() == np.flatnonzero(left[9:]).tolist() == [0, 1, 2, 3, 5]
+    # three odd SA values: rounded up, down, up
+    codes = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
+    left = _stratified_cut(codes, np.zeros(9, dtype=np.int64), 1)
+    assert [int(left[codes == c].sum()) for c in range(3)] == [2, 1, 2]
