@@ -167,28 +167,37 @@ def split_all(p: Partitioner, part: np.ndarray, stratify: bool = False) -> np.nd
     """Cut every partition of ``part`` (ids 0..P-1) while a cut is allowed; class ids 0..C-1.
 
     Each partition tries its QIs widest first; with ``stratify``, a refused median cut is
-    retried as a stratified cut on the same QI before the next QI."""
+    retried as a stratified cut on the same QI before the next QI.  A partition's spans are
+    computed once (a refused cut leaves them unchanged)."""
     n_parts = int(part.max()) + 1 if len(part) else 0
+    d = p.columns.shape[1]
     tries = np.zeros(n_parts, dtype=np.int64)    # cuts already refused, per partition
     final = np.zeros(n_parts, dtype=bool)
-    d = p.columns.shape[1]
+    spans = np.zeros((n_parts, d))
+    known = np.zeros(n_parts, dtype=bool)        # spans[q] computed
     modes = 2 if stratify else 1
     while not final.all():
-        live = np.where(final[part], -1, part)
-        spans = p.spans(live, n_parts)
+        need = ~final & ~known
+        if need.any():
+            spans[need] = p.spans(np.where(need[part], part, -1), n_parts)[need]
+            known |= need
         attempt = np.minimum(tries // modes, d - 1)
         pick = np.argsort(-spans, axis=1, kind="stable")[np.arange(n_parts), attempt]
         usable = ~final & (tries < d * modes) & (spans[np.arange(n_parts), pick] > 0)
         final |= ~usable
+        live = np.where(final[part], -1, part)
         new_part, new_n, cut = cut_round(p, live, n_parts, np.where(usable, pick, -1),
                                          (tries % modes) == 1)
         tries[usable & ~cut] += 1
         part = np.where(final[part], part, new_part)
         grown = new_n - n_parts
-        used, part = np.unique(part, return_inverse=True)     # cut parents vanish
-        part = np.asarray(part, dtype=np.int64).reshape(-1)
+        present = np.bincount(part, minlength=new_n) > 0       # cut parents vanish
+        used = np.flatnonzero(present)
+        part = (np.cumsum(present) - 1)[part]
         final = np.concatenate((final, np.zeros(grown, dtype=bool)))[used]
         tries = np.concatenate((tries, np.zeros(grown, dtype=np.int64)))[used]
+        known = np.concatenate((known, np.zeros(grown, dtype=bool)))[used]
+        spans = np.concatenate((spans, np.zeros((grown, d))))[used]
         n_parts = len(used)
     return _compact(part)
 
