@@ -41,10 +41,23 @@ class Partitioner:
         lo, hi = self.columns.min(axis=0), self.columns.max(axis=0)
         self.scale = np.where(hi > lo, hi - lo, 1.0)
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
+        self.ranks = None       # per QI, every row's position in its order (see rank)
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
         self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
+        self.ranks = None
+
+    def rank(self, rows: np.ndarray, dim: np.ndarray) -> np.ndarray:
+        """Each row's position (0..n-1) in the order of QI ``dim[i]`` for row ``rows[i]``, ties
+        broken by ``ties`` (else by row): one sort per QI, made on first use."""
+        if self.ranks is None:
+            n, d = self.columns.shape
+            self.ranks = np.empty((n, d), dtype=np.int64, order="F")
+            for j in range(d):
+                keys = (self.columns[:, j],) if self.ties is None else (self.ties, self.columns[:, j])
+                self.ranks[np.lexsort(keys), j] = np.arange(n)
+        return self.ranks[rows, dim]
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
@@ -99,7 +112,7 @@ def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray,
         return part, n_parts, cut
     owner = part[rows]
     v = p.columns[rows, dim[owner]]
-    order = np.lexsort((v, owner) if p.ties is None else (p.ties[rows], v, owner))
+    order = np.argsort(owner * len(p.codes) + p.rank(rows, dim[owner]))   # (owner, value, tie)
     rows, owner, v = rows[order], owner[order], v[order]
     sizes = np.bincount(owner, minlength=n_parts)
     left = _median_cut(owner, v, sizes, n_parts)
