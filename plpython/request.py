@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sabre_pg.core.sabre import METHODS
+
 from . import common as C
 from . import errors as E
 
@@ -190,10 +192,11 @@ def sensitive_thresholds(sensitive, t) -> tuple:
 
 
 def check_method(method):
-    if method not in ("ak", "knn"):
+    if method not in METHODS:
         raise E.invalid_parameter("unknown method %s" % json.dumps(method),
-                                  "Use method => 'ak' (SABRE-AK, Hilbert curve) or 'knn' (SABRE-KNN, "
-                                  "exact nearest neighbours).")
+                                  "Use method => 'ak' (SABRE-AK, Hilbert curve), 'knn' (SABRE-KNN, "
+                                  "exact nearest neighbours), 'mondrian' (t-Mondrian) or 'refine' (t-Mondrian refined "
+                                  "by stratified cuts).")
 
 
 def _choice(opts, name, default, allowed, hint):

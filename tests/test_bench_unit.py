@@ -131,13 +131,14 @@ def test_phase_panels_stack_each_methods_phases_in_stopwatch_order():
 def test_the_peer_figure_runs_a_flat_categorical_sa(use_peer):
     runner = FakeRunner(QUICK)
     figure = sweep(runner, FIGURE["fig_peer"], QUICK, use_peer)
-    expected = ["SABRE-AK", "SABRE-KNN"] + (["Mondrian (anonypyx)"] if use_peer else [])
+    expected = ["SABRE-AK", "SABRE-KNN", "t-Mondrian (sabre)"] + (["Mondrian (anonypyx)"] if use_peer else [])
     for panel in figure["panels"]:
         assert list(panel["series"]) == expected and panel["xs"] == [0.25, 0.45]
     assert {call[2] for call in runner.calls} == {True}
     assert figure["panels"][3]["series"]["SABRE-AK"][0] == ("violations", key("ak", t=0.25, sa_flat=True))
-    # the other figures never run the peer
-    assert "Mondrian (anonypyx)" not in sweep(runner, FIGURE["fig10"], QUICK, use_peer)["panels"][0]["series"]
+    # the other figures never run the peers
+    series = sweep(runner, FIGURE["fig10"], QUICK, use_peer)["panels"][0]["series"]
+    assert "Mondrian (anonypyx)" not in series and "t-Mondrian (sabre)" not in series
 
 
 def test_a_new_figure_is_a_new_row():
@@ -151,16 +152,18 @@ def test_a_new_figure_is_a_new_row():
 
 
 def test_planned_steps_count_each_run_and_measure_once():
-    # quick: 18 runs (12 numerical-SA, 6 peer-figure), 10 query errors, 10 KL divergences
-    assert planned_steps(QUICK, use_peer=True) == 38
-    assert planned_steps(QUICK, use_peer=False) == 36
+    # quick: 20 runs (12 numerical-SA, 8 peer-figure: AK, KNN, t-Mondrian in the database,
+    # anonypyx), 10 query errors, 10 KL divergences
+    assert planned_steps(QUICK, use_peer=True) == 40
+    assert planned_steps(QUICK, use_peer=False) == 38
     # default: runs 10 (t) + 8 (QIs) + 4 (n) + 6 (k) + 15 (peer figure); query errors 6 (lambda)
-    # + 6 (theta) + 8 (t); KL 6 (level) + 8 (t) + 8 (QIs): the default point is shared
+    # + 6 (theta) + 8 (t); KL 6 (level) + 8 (t) + 8 (QIs): the default point is shared;
+    # the peer figure's runs include t-Mondrian in the database (5 more)
     plan = experiments.Plan(DEFAULT)
     for figure in FIGURES:
         sweep(plan, figure, DEFAULT, use_peer=True)
-    assert (len(plan.runs), len(plan.measures)) == (43, 42)
-    assert planned_steps(DEFAULT, use_peer=True) == 85
+    assert (len(plan.runs), len(plan.measures)) == (48, 42)
+    assert planned_steps(DEFAULT, use_peer=True) == 90
     assert len([run for run in plan.runs if run[0] == "mondrian"]) == len(DEFAULT["peer_t"])
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from sabre_pg.bench.report import phase_order
-from sabre_pg.bench.runner import LABEL, METHODS, PEER, kl_key, query_error_key, run_key
+from sabre_pg.bench.runner import IN_DB_PEER, LABEL, METHODS, PEER, kl_key, query_error_key, run_key
 
 DEFAULT = dict(rows=100_000, k=6, t=0.35, qis=7, queries=10_000, lam=3, theta=0.1, level=2,
                t_values=[0.15, 0.25, 0.35, 0.45, 0.55], qi_counts=[3, 4, 5, 6, 7],
@@ -114,7 +114,10 @@ FIGURES: tuple[Figure, ...] = (
 
 
 def figure_methods(figure: Figure, use_peer: bool) -> list[str]:
-    return list(METHODS) + ([PEER] if figure.with_peer and use_peer else [])
+    """SABRE-AK and -KNN; in the peer figure also the in-database t-Mondrian and, if usable,
+    anonypyx."""
+    peers = [IN_DB_PEER] + ([PEER] if use_peer else []) if figure.with_peer else []
+    return list(METHODS) + peers
 
 
 def _record(runner, figure: Figure, panel: Panel, method: str, x) -> dict:

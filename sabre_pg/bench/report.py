@@ -11,12 +11,12 @@ import json
 import platform
 from pathlib import Path
 
-from sabre_pg.bench.runner import LABEL, METHODS, PEER, kl_key, query_error_key, run_key
+from sabre_pg.bench.runner import IN_DB_PEER, LABEL, METHODS, PEER, kl_key, query_error_key, run_key
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE
 from sabre_pg.core.stopwatch import PHASES
 
 CSV_HEADER = ["figure", "panel", "series", "x_name", "x", "y_name", "y"]
-MARKERS = {LABEL["ak"]: "o", LABEL["knn"]: "s", LABEL[PEER]: "^"}
+MARKERS = {LABEL["ak"]: "o", LABEL["knn"]: "s", LABEL[PEER]: "^", LABEL[IN_DB_PEER]: "v"}
 
 
 def phase_order(names) -> list[str]:
@@ -114,7 +114,7 @@ class Report:
         lines = ["| t | method | AIL | real closeness | classes | sabre_verify violations | time (s) |",
                  "|---|---|---|---|---|---|---|"]
         for t in self.cfg["peer_t"]:
-            for method in list(METHODS) + [PEER]:
+            for method in list(METHODS) + [IN_DB_PEER, PEER]:
                 record = self.runs.get(run_key(self.cfg, method, t=t, sa_flat=True))
                 if record is not None:
                     lines.append("| %g | %s | %.4f | %.4f | %d | %d | %.2f |" % (

@@ -23,7 +23,10 @@ from sabre_pg.core.hierarchy import Hierarchy
 
 METHODS = ("ak", "knn")
 PEER = "mondrian"
-LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", PEER: "Mondrian (anonypyx)"}
+#: the in-database peer: sabre_anonymize's method 'mondrian' (t-Mondrian, exact EMD check)
+IN_DB_PEER = "tmondrian"
+SQL_METHOD = {IN_DB_PEER: "mondrian"}
+LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", PEER: "Mondrian (anonypyx)", IN_DB_PEER: "t-Mondrian (sabre)"}
 #: what every output leaves behind: the output, its classes and its side table
 OUTPUT_SUFFIXES = ("", "_classes", "_keys")
 
@@ -105,7 +108,7 @@ class Runner:
         started = time.perf_counter()
         (run_id,) = self.conn.execute(
             "SELECT run_id FROM sabre_anonymize(%s::regclass, %s, %s, %s, %s, %s, %s, %s)",
-            (source, qi_list, CENSUS_SENSITIVE, t, k, method, output,
+            (source, qi_list, CENSUS_SENSITIVE, t, k, SQL_METHOD.get(method, method), output,
              json.dumps({"hierarchies": hierarchies}))).fetchone()
         wall = time.perf_counter() - started
         phases, seconds = self.conn.execute(

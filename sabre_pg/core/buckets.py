@@ -13,6 +13,8 @@ hierarchy node or a value interval.  ``q`` is the whole table's SA distribution.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,6 +76,12 @@ class _Prefix:
         self.Q0 = np.concatenate(([0.0], np.cumsum(q)))
         self.Q1 = np.concatenate(([0.0], np.cumsum(idx * q)))
 
+    def lists(self):
+        """Q0 and Q1 as Python lists (for scalar loops), made once."""
+        if not hasattr(self, "_lists"):
+            self._lists = (self.Q0.tolist(), self.Q1.tolist())
+        return self._lists
+
     def sums(self, a, b):
         """sum q and sum i*q over inclusive code ranges [a, b] (vectorized)."""
         return self.Q0[np.asarray(b) + 1] - self.Q0[a], self.Q1[np.asarray(b) + 1] - self.Q1[a]
@@ -109,6 +117,8 @@ def upper_bound(buckets) -> float:
 # --------------------------------------------------------------------------- bucketNum
 def _best_num_split(pre: _Prefix, lo: int, hi: int, m: int):
     """Best split point of [lo, hi): returns (s, cet1, cet2) with c1=[lo,s), c2=[s,hi); O(hi-lo)."""
+    if hi - lo <= SMALL_BUCKET:
+        return _best_small_split(pre, lo, hi, m)
     s = np.arange(lo + 1, hi)                    # c1 = [lo, s-1], c2 = [s, hi-1]
     a0, a1 = pre.sums(lo, s - 1)
     b0, b1 = pre.sums(s, hi - 1)
@@ -116,6 +126,23 @@ def _best_num_split(pre: _Prefix, lo: int, hi: int, m: int):
     c2 = np.where(hi - s > 1, np.maximum(b1 - s * b0, (hi - 1) * b0 - b1), 0.0) / (m - 1)
     i = int(np.argmin(c1 + c2))
     return int(s[i]), float(c1[i]), float(c2[i])
+
+
+SMALL_BUCKET = 24      # narrower buckets are split in plain Python (numpy's call overhead dominates)
+
+
+def _best_small_split(pre: _Prefix, lo: int, hi: int, m: int):
+    """:func:`_best_num_split` with Python floats, the same formulas and the same first-minimum tie."""
+    q0, q1 = pre.lists()
+    best = None
+    for s in range(lo + 1, hi):
+        a0, a1 = q0[s] - q0[lo], q1[s] - q1[lo]
+        b0, b1 = q0[hi] - q0[s], q1[hi] - q1[s]
+        c1 = max(a1 - lo * a0, (s - 1) * a0 - a1) / (m - 1) if s - lo > 1 else 0.0
+        c2 = max(b1 - s * b0, (hi - 1) * b0 - b1) / (m - 1) if hi - s > 1 else 0.0
+        if best is None or c1 + c2 < best[1] + best[2]:
+            best = (s, c1, c2)
+    return best
 
 
 def bucket_num(q, t: float, lookahead: int = 0):
@@ -141,36 +168,50 @@ def bucket_num(q, t: float, lookahead: int = 0):
 def _greedy(root: Bucket, candidate, t: float, dom: SADomain, q: np.ndarray, lookahead: int):
     """The greedy loop shared by bucketNum and bucketCat: split the bucket with the largest
     reduction dv of U (``candidate(b)`` -> (dv, children) or None) until U < t, then go on
-    for up to ``lookahead`` more splits.  Returns every bucketization with U < t on the way."""
+    for up to ``lookahead`` more splits.  Returns every bucketization with U < t on the way.
+
+    The candidates wait in a heap (largest dv first, ties to the earlier bucket), so a split
+    costs O(log B), not a scan of every bucket.  U is updated by each split's change and
+    summed afresh (``math.fsum`` of the bounds) whenever it comes near t, so the ``U < t``
+    decision never rests on accumulated rounding."""
     t = check_t(t)
-    buckets = [root]
-    cand = {id(root): candidate(root)}
+    live = {root.lo: root}                       # buckets by first code (they are disjoint)
+    heap: list = []
+    _push(heap, root, candidate(root))
     U = root.bound
     trace: list[Split] = []
     out: list[Bucketization] = []
     while True:
+        if U < t + NEAR:
+            U = math.fsum(b.bound for b in live.values())
         if U < t:
-            out.append(Bucketization(list(buckets), U, dom, q, list(trace)))
+            out.append(Bucketization(_in_order(live), U, dom, q, list(trace)))
             if len(out) > lookahead:
                 break
-        best = None
-        for i, b in enumerate(buckets):
-            c = cand.get(id(b))
-            if c is not None and (best is None or c[0] > best[1][0]):
-                best = (i, c)
-        if best is None:                          # every bucket is a single value: U == 0
+        if not heap:                              # every bucket is a single value: U == 0
             if not out:
-                out.append(Bucketization(list(buckets), U, dom, q, list(trace)))
+                out.append(Bucketization(_in_order(live), U, dom, q, list(trace)))
             break
-        i, (dv, kids) = best
-        b = buckets[i]
-        buckets[i:i + 1] = kids
-        del cand[id(b)]
+        _, _, b, (dv, kids) = heapq.heappop(heap)
+        del live[b.lo]
         for kb in kids:
-            cand[id(kb)] = candidate(kb)
-        U = upper_bound(buckets)
+            live[kb.lo] = kb
+            _push(heap, kb, candidate(kb))
+        U += sum(kb.bound for kb in kids) - b.bound
         trace.append(Split(b, kids, dv, U))
     return out
+
+
+NEAR = 1e-9            # U is summed exactly (math.fsum) once the running U is this close to t
+
+
+def _push(heap: list, b: Bucket, c) -> None:
+    if c is not None:
+        heapq.heappush(heap, (-c[0], b.lo, b, c))
+
+
+def _in_order(live: dict) -> list:
+    return [live[lo] for lo in sorted(live)]
 
 
 # --------------------------------------------------------------------------- bucketCat

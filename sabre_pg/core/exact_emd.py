@@ -290,3 +290,14 @@ def hierarchical_class_emds(ec, codes, counts, hierarchy) -> ClassEMDs:
 def equal_class_emds(ec, codes, counts, m: int) -> ClassEMDs:
     """Equal-distance EMD per class (the flat hierarchy over codes 0..m-1)."""
     return tree_class_emds(ec, codes, counts, [np.arange(m)], 1, kind="equal")
+
+
+def domain_class_emds(ec, codes, counts, domain) -> ClassEMDs:
+    """The exact EMD per class under the ground distance of ``domain`` (a
+    :class:`sabre_pg.core.emd.SADomain`): ordered for a numerical SA, equal distance for a flat
+    hierarchy, hierarchical otherwise."""
+    if domain.numerical:
+        return ordered_class_emds(ec, codes, counts, domain.m)
+    if domain.hierarchy.height <= 1:
+        return equal_class_emds(ec, codes, counts, domain.m)
+    return hierarchical_class_emds(ec, codes, counts, domain.hierarchy)

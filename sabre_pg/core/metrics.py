@@ -1,7 +1,9 @@
 """Utility and privacy metrics (§3.2 and §6).
 
 * IL of one attribute in one EC: numerical ``(max_G - min_G) / (max - min)`` over the table;
-  categorical ``(|leaves(node)| - 1) / (|leaves(root)| - 1)``: 0 for a leaf, 1 for the root.
+  categorical ``(L - 1) / (N - 1)`` with L = |leaves(node)|, N = |leaves(root)|: 0 for a leaf,
+  1 for the root.  The paper (§3.2) writes ``L / N``, which charges a leaf 1/N; ``paper=True``
+  gives that variant (``ail_paper`` in the results), so figures compare with the paper's.
 * IL(G) = sum_i w_i IL_i(G), weights default 1/d; AIL = average IL over all tuples
   = sum_G |G| IL(G) / n.
 * Real closeness: the largest EMD over the classes.
@@ -21,8 +23,11 @@ def il_numerical(g: NumericalRange, vmin: float, vmax: float) -> np.ndarray:
     return (np.asarray(g.hi, dtype=np.float64) - np.asarray(g.lo, dtype=np.float64)) / span
 
 
-def il_categorical(g: CategoricalNode) -> np.ndarray:
+def il_categorical(g: CategoricalNode, paper: bool = False) -> np.ndarray:
+    """(L - 1) / (N - 1) per class; the paper's L / N with ``paper=True``."""
     h = g.hierarchy
+    if paper:
+        return h.leaf_count[g.node] / h.n_leaves
     if h.n_leaves <= 1:
         return np.zeros(len(g.node))
     return (h.leaf_count[g.node] - 1) / (h.n_leaves - 1)

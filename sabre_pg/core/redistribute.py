@@ -33,7 +33,15 @@ from .emd import hierarchical_emd
 from .hierarchy import Hierarchy
 from .parameters import check_k, check_t
 
-EPS = 1e-12
+# Splits are accepted only with a margin on the safe side: EMD(half) + U <= t - margin, where
+# margin bounds the float64 rounding of the bucket EMD and of U (sums and prefix-sum differences
+# of at most B + m terms, each at most 1).  No class is accepted above t by rounding.
+ROUNDING = 16 * np.finfo(np.float64).eps
+
+
+def margin(bucket_emd: "BucketEMD") -> float:
+    """The safety margin of the Theorem-4 test for this bucketization (see ``ROUNDING``)."""
+    return ROUNDING * (bucket_emd.n_buckets + bucket_emd.bucketization.domain.m + 4)
 
 
 def dichotomize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -54,8 +62,11 @@ def dichotomize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class BucketEMD:
     """EMD between bucket-count vectors and the table's bucket distribution under d^u.
 
-    ``distance[i, j]`` is d^u between buckets i and j; ``table_distribution`` the table's
-    share of tuples per bucket."""
+    ``pair_distance(i, j)`` is d^u between buckets i and j (vectorized); ``distance`` the
+    whole B x B matrix, built only when asked for (inspection and tests): the EMD never needs
+    it -- the categorical path runs the tree formula on a hierarchy reduced to one leaf per
+    bucket, the numerical path looks up only the pairs its flow uses.
+    ``table_distribution`` is the table's share of tuples per bucket."""
 
     def __init__(self, bucketization: Bucketization, table_counts: np.ndarray):
         self.bucketization = bucketization
@@ -65,13 +76,11 @@ class BucketEMD:
         self.n_buckets = len(buckets)
         domain = bucketization.domain
         self.tree = None
+        self._distance = None
         if domain.numerical:
-            lo = np.array([b.lo for b in buckets], dtype=np.float64)
-            hi = np.array([b.hi - 1 for b in buckets], dtype=np.float64)
-            span = max(domain.m - 1, 1)
-            self.distance = (np.maximum(hi[:, None], hi[None, :])
-                             - np.minimum(lo[:, None], lo[None, :])) / span
-            np.fill_diagonal(self.distance, 0.0)
+            self.lo = np.array([b.lo for b in buckets], dtype=np.float64)
+            self.hi = np.array([b.hi - 1 for b in buckets], dtype=np.float64)
+            self.span = max(domain.m - 1, 1)
             return
         h = domain.hierarchy
         representatives = []                      # one present leaf per bucket
@@ -80,10 +89,24 @@ class BucketEMD:
             representatives.append(b.lo + (int(present[0]) if len(present) else 0))
         if h.height:
             self.tree = Hierarchy([h.rows[r] for r in representatives])
+
+    def pair_distance(self, i, j) -> np.ndarray:
+        """d^u between buckets i and j (arrays of bucket indices, broadcast)."""
+        i, j = np.asarray(i), np.asarray(j)
+        if self.bucketization.domain.numerical:
+            d = (np.maximum(self.hi[i], self.hi[j]) - np.minimum(self.lo[i], self.lo[j])) / self.span
+            return np.where(i == j, 0.0, d)
+        if self.tree is None:
+            return np.zeros(np.broadcast(i, j).shape)
+        return self.tree.lca_level(i, j) / self.bucketization.domain.hierarchy.height
+
+    @property
+    def distance(self) -> np.ndarray:
+        """The B x B matrix of d^u (O(B^2) memory: for inspection, never used by the EMD)."""
+        if self._distance is None:
             idx = np.arange(self.n_buckets)
-            self.distance = self.tree.lca_level(idx[:, None], idx[None, :]) / h.height
-        else:
-            self.distance = np.zeros((self.n_buckets, self.n_buckets))
+            self._distance = self.pair_distance(idx[:, None], idx[None, :])
+        return self._distance
 
     def distribution_emd(self, distributions: np.ndarray) -> np.ndarray:
         """EMD of distributions (rows over buckets) against the table's."""
@@ -95,7 +118,7 @@ class BucketEMD:
                                                   self.tree))
         if not self.bucketization.domain.numerical:
             return np.zeros(len(distributions))
-        return _residual_nw_cost(distributions, self.table_distribution, self.distance)
+        return _residual_nw_cost(distributions, self.table_distribution, self.pair_distance)
 
     def __call__(self, counts: np.ndarray) -> np.ndarray:
         """EMD of count vectors (rows) against the table's bucket distribution."""
@@ -104,9 +127,10 @@ class BucketEMD:
         return self.distribution_emd(counts / np.maximum(sizes, 1.0))
 
 
-def _residual_nw_cost(x: np.ndarray, y: np.ndarray, distance: np.ndarray) -> np.ndarray:
+def _residual_nw_cost(x: np.ndarray, y: np.ndarray, pair_distance) -> np.ndarray:
     """Cost of a feasible flow x -> y (rows of x, each against y): keep min(x, y) in place and
-    move the residual supply to the residual demand in monotone (north-west corner) order."""
+    move the residual supply to the residual demand in monotone (north-west corner) order.
+    ``pair_distance(src, dst)``: the ground distance of bucket pairs."""
     n, n_buckets = x.shape
     supply = np.cumsum(np.maximum(x - y[None, :], 0.0), axis=1)     # cumulative residuals
     demand = np.cumsum(np.maximum(y[None, :] - x, 0.0), axis=1)
@@ -120,7 +144,7 @@ def _residual_nw_cost(x: np.ndarray, y: np.ndarray, distance: np.ndarray) -> np.
     dst = np.searchsorted((demand + off).ravel(), (mid + off).ravel(), side="right").reshape(n, -1)
     src = np.clip(src - n_buckets * np.arange(n)[:, None], 0, n_buckets - 1)
     dst = np.clip(dst - n_buckets * np.arange(n)[:, None], 0, n_buckets - 1)
-    return (length * distance[src, dst]).sum(axis=1)
+    return (length * pair_distance(src, dst)).sum(axis=1)
 
 
 def _unique_rows(vectors: np.ndarray):
@@ -133,8 +157,11 @@ def _unique_rows(vectors: np.ndarray):
         key = offsets @ (np.int64(1) << np.arange(n_buckets, dtype=np.int64))
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return vectors[first], np.asarray(inv).reshape(-1)
-    uniq, inv = np.unique(vectors, axis=0, return_inverse=True)
-    return uniq, np.asarray(inv).reshape(-1)
+    first: dict = {}                              # row bytes -> first row (no B-field structured sort)
+    inv = np.fromiter((first.setdefault(v.tobytes(), i) for i, v in enumerate(vectors)),
+                      dtype=np.int64, count=len(vectors))
+    rows, inv = np.unique(inv, return_inverse=True)
+    return vectors[rows], np.asarray(inv).reshape(-1)
 
 
 @dataclass
@@ -163,7 +190,8 @@ def _splits(vectors: np.ndarray, bucket_emd: BucketEMD, U: float, t: float, k: i
     if ok.any():
         both = bucket_emd(np.concatenate((c1[ok], c2[ok])))    # one call for both halves
         e1, e2 = both[:int(ok.sum())], both[int(ok.sum()):]
-        good = (e1 + U <= t + EPS) & (e2 + U <= t + EPS)
+        limit = t - margin(bucket_emd)
+        good = (e1 + U <= limit) & (e2 + U <= limit)
         ok[np.flatnonzero(ok)[~good]] = False
     return c1, c2, ok
 

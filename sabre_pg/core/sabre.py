@@ -17,12 +17,15 @@ from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical
 from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
+from .mondrian import mondrian
 from .parameters import check_k, check_lookahead, check_t
 from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
+from .refine import refine
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
-METHODS = ("ak", "knn")
+METHODS = ("ak", "knn", "mondrian", "refine")
+PARTITIONING = ("mondrian", "refine")   # methods that cut the QI space instead of using templates
 TAKEOUTS = ("sweep", "random")
 # A look-ahead bucketization replaces the current one only with this factor more classes:
 # on the census-like data at t = 0.35, 4 buckets gave 16,384 classes against 3 buckets'
@@ -62,6 +65,7 @@ class SabreResult:
     phases: dict = field(default_factory=dict)   # seconds per phase (Stopwatch.report)
     index: ECIndex | None = None         # tuples grouped by EC (order, starts)
     bucket_key_order: np.ndarray | None = None   # tuples sorted by (bucket, key), if known
+    il_paper: np.ndarray | None = None   # IL(G) per EC with the paper's categorical L/N
 
     def by_bucket_and_key(self) -> np.ndarray:
         """Tuples sorted by (SA bucket, Hilbert key): the order of the side table's index."""
@@ -85,6 +89,7 @@ class SabreResult:
             "max_class_size": int(self.sizes.max()),
             "max_emd": metrics.real_closeness(self.emds),
             "ail": metrics.ail(self.il, self.sizes),
+            "ail_paper": metrics.ail(self.il_paper, self.sizes) if self.il_paper is not None else None,
             "discernibility": metrics.discernibility(self.sizes),
             "aecs": metrics.average_class_size(n, self.n_classes),
             "aecs_normalized": metrics.average_class_size(n, self.n_classes, self.k),
@@ -107,9 +112,10 @@ def normalized_points(qis) -> np.ndarray:
     return np.column_stack(cols)
 
 
-def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> None:
+def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> list:
     """The arguments of :func:`anonymize` for a table of n tuples (t and k by
-    :mod:`.parameters`); raises ValueError naming the first bad one."""
+    :mod:`.parameters`, each QI by :func:`checked_qi`); raises ValueError naming the first bad
+    one.  Returns the QIs with their values as checked numpy arrays."""
     check_t(t)
     check_k(k, n)
     if method not in METHODS:
@@ -118,9 +124,53 @@ def validate(n: int, t: float, k: int, method: str, takeout: str, qis) -> None:
         raise ValueError("takeout must be one of %s, got %r" % (", ".join(TAKEOUTS), takeout))
     if not qis:
         raise ValueError("at least one quasi-identifier is required")
-    for qi in qis:
-        if len(qi.values) != n:
-            raise ValueError("QI %s has %d values for %d tuples" % (qi.name, len(qi.values), n))
+    return [checked_qi(qi, n) for qi in qis]
+
+
+def checked_qi(qi: QuasiIdentifier, n: int) -> QuasiIdentifier:
+    """``qi`` with n values, all finite numbers (numerical) or all leaf positions of its
+    hierarchy, integers in [0, leaves) (categorical); else ValueError naming the QI and row."""
+    values = np.asarray(qi.values)
+    if values.ndim != 1 or len(values) != n:
+        raise ValueError("QI %s has %d values for %d tuples" % (qi.name, values.size, n))
+    missing = [i for i, v in enumerate(values.tolist()) if v is None] if values.dtype == object else []
+    if missing:
+        raise ValueError("QI %s has a missing value (None) at row %d" % (qi.name, missing[0]))
+    try:
+        as_float = values.astype(np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("QI %s has values that are not numbers (%s)" % (qi.name, values.dtype)) from None
+    bad = np.flatnonzero(~np.isfinite(as_float))
+    if len(bad):
+        raise ValueError("QI %s has a non-finite value (%r) at row %d" % (qi.name, _item(values, bad[0]), bad[0]))
+    if qi.numerical:      # numbers keep their dtype (integer ranges stay integers)
+        return QuasiIdentifier(qi.name, values if values.dtype.kind in "iuf" else as_float)
+    leaves = qi.hierarchy.n_leaves
+    bad = np.flatnonzero((as_float != np.floor(as_float)) | (as_float < 0) | (as_float >= leaves))
+    if len(bad):
+        raise ValueError("QI %s: %r at row %d is not a leaf position of its hierarchy (integers 0..%d)"
+                         % (qi.name, _item(values, bad[0]), bad[0], leaves - 1))
+    return QuasiIdentifier(qi.name, as_float.astype(np.int64), qi.hierarchy)
+
+
+def _item(values: np.ndarray, i: int):
+    """values[i] as a Python object (for messages)."""
+    v = values[i]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def checked_codes(sa_codes, domain: SADomain) -> np.ndarray:
+    """The SA codes as int64, each in [0, m) of ``domain``; else ValueError."""
+    try:
+        codes = np.asarray(sa_codes, dtype=np.int64)
+    except (TypeError, ValueError):
+        raise ValueError("the SA codes must be integers 0..%d" % (domain.m - 1)) from None
+    if codes.ndim != 1:
+        raise ValueError("the SA codes must be one-dimensional")
+    bad = np.flatnonzero((codes < 0) | (codes >= domain.m))
+    if len(bad):
+        raise ValueError("SA code %d at row %d is outside 0..%d" % (codes[bad[0]], bad[0], domain.m - 1))
+    return codes
 
 
 @dataclass
@@ -131,6 +181,15 @@ class SAPlan:
     buckets: Bucketization
     plan: ECPlan
     phases: dict = field(default_factory=dict)   # seconds: bucketize, redistribute
+    t: float | None = None               # the parameters it was made for: a plan holds for
+    k: int | None = None                 # these alone (anonymize refuses it for others)
+    lookahead: int | None = None
+
+    def check_made_for(self, t: float, k: int) -> None:
+        """Raise ValueError unless this plan was made for t and k."""
+        if self.t != t or self.k != k:
+            raise ValueError("the SA plan was made for t = %r, k = %r, not t = %r, k = %r"
+                             % (self.t, self.k, t, k))
 
 
 def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
@@ -174,35 +233,44 @@ def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
                 best, best_classes = candidate, classes
         bucket_counts = best.counts(counts)
         plan = ec_size(bucket_counts, BucketEMD(best, bucket_counts), best.U, t, k)
-    return SAPlan(counts, best, plan, dict(stopwatch.phases))
+    return SAPlan(counts, best, plan, dict(stopwatch.phases), t, k, lookahead)
 
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
               sa_plan: SAPlan | None = None) -> SabreResult:
-    """Run SABRE-AK (``method='ak'``) or SABRE-KNN (``'knn'``).
+    """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
+    t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
+    refined by stratified cuts (``'refine'``, :mod:`.refine`).
+
+    The SA plan (bucketization, EC-size tree) and the Hilbert keys are made for every method:
+    the database's side table records each tuple's bucket and key; t-Mondrian's classes do
+    not depend on them.
 
     ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
     takes seeds in Hilbert order.  KNN always uses random seeds.
 
     ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
     the tuples were read (the database computes them with a GROUP BY); the codes must have
-    exactly its counts.  Without it the plan is made here (``lookahead`` as there).
+    exactly its counts, and it must have been made for this t and k.  Without it the plan is
+    made here (``lookahead`` as there).
 
     ``phases`` of the result: seconds per phase of this call and ``total``, its wall time.
     A plan made here adds its bucketize and redistribute; a given plan's stay in its own
     ``phases`` (they were spent before the call), so a caller adds both without counting twice.
     """
-    sa_codes = np.asarray(sa_codes, dtype=np.int64)
+    sa_codes = checked_codes(sa_codes, domain)
     n = len(sa_codes)
-    validate(n, t, k, method, takeout, qis)
+    qis = validate(n, t, k, method, takeout, qis)
     stopwatch = Stopwatch()
     counts = np.bincount(sa_codes, minlength=domain.m)
     if sa_plan is None:
         sa_plan = plan_from_counts(counts, domain, t, k, lookahead)
         stopwatch.merge(sa_plan.phases)
-    elif not np.array_equal(sa_plan.counts, counts):
+    else:
+        sa_plan.check_made_for(check_t(t), check_k(k, n))
+    if not np.array_equal(sa_plan.counts, counts):
         raise ValueError("the SA codes do not have the frequencies the plan was made from "
                          "(%d tuples against %d)" % (n, int(sa_plan.counts.sum())))
     bucketization, plan = sa_plan.buckets, sa_plan.plan
@@ -211,35 +279,49 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     with stopwatch.phase("hilbert"):
         keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     bucket_key_order = None
-    with stopwatch.phase("takeout"):
-        if method == "knn":
-            ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
-        elif takeout == "sweep":
-            ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
-        else:
-            ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
+    if method in PARTITIONING:
+        with stopwatch.phase("partition"):
+            ec = mondrian(qis, sa_codes, domain, t, k)
+        if method == "refine":
+            with stopwatch.phase("refine"):
+                ec = refine(qis, sa_codes, domain, t, k, ec, keys)
+    else:
+        with stopwatch.phase("takeout"):
+            if method == "knn":
+                ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
+            elif takeout == "sweep":
+                ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
+            else:
+                ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
+    n_classes = int(ec.max()) + 1
     with stopwatch.phase("generalize"):
-        index = ECIndex(ec, plan.n_classes)
-        generalization, il = generalize_classes(qis, index, weights)
+        index = ECIndex(ec, n_classes)
+        generalization, il, il_paper = generalize_classes(qis, index, weights, paper=True)
     with stopwatch.phase("metrics"):
-        emds = class_emds(ec, sa_codes, domain, plan.n_classes, counts / n, order=index.order) \
-            if with_emds else np.zeros(plan.n_classes)
+        emds = class_emds(ec, sa_codes, domain, n_classes, counts / n, order=index.order) \
+            if with_emds else np.zeros(n_classes)
     return SabreResult(ec, index.sizes, emds, bucketization, plan, generalization, il, keys, bucket,
                        k=int(k), phases=stopwatch.report(), index=index,
-                       bucket_key_order=bucket_key_order)
+                       bucket_key_order=bucket_key_order, il_paper=il_paper)
 
 
-def generalize_classes(qis, index: ECIndex, weights=None) -> tuple[list, np.ndarray]:
-    """Each QI's generalization per EC (ranges, LCAs) and IL(G) per EC."""
-    generalization, ils = [], []
+def generalize_classes(qis, index: ECIndex, weights=None, paper: bool = False):
+    """Each QI's generalization per EC (ranges, LCAs) and IL(G) per EC; with ``paper``, also
+    IL(G) with the paper's categorical L/N (a third element)."""
+    generalization, ils, papers = [], [], []
     for qi in qis:
         if qi.numerical:
             ranges = generalize_numerical(index, qi.values)
             lo, hi = qi.axis_range()
             ils.append(metrics.il_numerical(ranges, lo, hi))
+            papers.append(ils[-1])
             generalization.append(ranges)
         else:
             nodes = generalize_categorical(index, qi.values, qi.hierarchy)
             ils.append(metrics.il_categorical(nodes))
+            papers.append(metrics.il_categorical(nodes, paper=True))
             generalization.append(nodes)
-    return generalization, metrics.il_per_class(ils, weights)
+    il = metrics.il_per_class(ils, weights)
+    if paper:
+        return generalization, il, metrics.il_per_class(papers, weights)
+    return generalization, il

@@ -16,7 +16,8 @@ import json
 import time
 from contextlib import contextmanager
 
-ENGINE_PHASES = ("bucketize", "redistribute", "hilbert", "takeout", "generalize", "metrics")
+ENGINE_PHASES = ("bucketize", "redistribute", "hilbert", "takeout", "partition", "refine", "generalize",
+                 "metrics")
 PHASES = ("validate", "summary", "read") + ENGINE_PHASES + (
     "write_keys", "build_classes", "build_output", "check", "swap", "total")
 STEPS = len(PHASES) - 1              # every phase but total

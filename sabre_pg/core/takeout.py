@@ -64,10 +64,10 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
     bucket_by_key = bucket[by_key]
     taken = np.cumsum(templates, axis=0) - templates          # taken[c, b]
     seed = np.full(n_classes, -1, dtype=np.int64)                     # scan position covering EC c
-    members = []
+    grouped = np.argsort(bucket_by_key, kind="stable")     # scan positions, bucket by bucket
+    members = np.split(grouped, np.cumsum(np.bincount(bucket_by_key, minlength=n_buckets))[:-1])
     for b in range(n_buckets):
-        pos = np.flatnonzero(bucket_by_key == b)                         # scan positions of bucket b
-        members.append(pos)
+        pos = members[b]                                      # scan positions of bucket b
         a = templates[:, b]
         last = taken[:, b] + a - 1                            # index of the covering push
         use = a > 0

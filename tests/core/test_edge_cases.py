@@ -190,8 +190,8 @@ def test_invalid_k(k):
 
 def test_invalid_method_and_takeout():
     qis, codes, dom = numeric_table(10)
-    with pytest.raises(ValueError, match=r"method must be one of ak, knn, got 'mondrian'"):
-        anonymize(qis, codes, dom, 0.5, method="mondrian")
+    with pytest.raises(ValueError, match=r"method must be one of ak, knn, mondrian, refine, got 'tmondrian'"):
+        anonymize(qis, codes, dom, 0.5, method="tmondrian")
     with pytest.raises(ValueError, match=r"takeout must be one of sweep, random, got 'x'"):
         anonymize(qis, codes, dom, 0.5, takeout="x")
 

@@ -48,3 +48,13 @@ def test_discernibility_aecs_closeness():
     assert metrics.average_class_size(10, 3, k=2) == pytest.approx(10 / 6)
     assert metrics.real_closeness(np.array([0.1, 0.35, 0.2])) == 0.35
     assert metrics.real_closeness(np.array([])) == 0.0
+
+
+def test_categorical_il_ours_and_the_papers():
+    """Ours is (L - 1)/(N - 1) (0 for a leaf); the paper's L/N charges a leaf 1/N."""
+    h = Hierarchy([["a", "x", "*"], ["b", "x", "*"], ["c", "y", "*"], ["d", "y", "*"]])
+    nodes = np.array([int(h.lca_node(0, 0)), int(h.lca_node(0, 1)), h.root])
+    g = CategoricalNode(nodes, h)
+    il_categorical = metrics.il_categorical
+    assert il_categorical(g).tolist() == pytest.approx([0.0, 1 / 3, 1.0])
+    assert il_categorical(g, paper=True).tolist() == pytest.approx([1 / 4, 2 / 4, 1.0])

@@ -54,3 +54,13 @@ def test_plan_from_counts_rejects(data, counts, t, k, match):
     dom = data[2].__class__("numerical", m=3)
     with pytest.raises(ValueError, match=match):
         plan_from_counts(np.array(counts), dom, t, k)
+
+
+@pytest.mark.parametrize("t,k", [(0.35, 5), (0.3, 6), (0.2, 5)])
+def test_a_plan_made_for_other_parameters_is_refused(data, t, k):
+    """The plan records its t and k: it guarantees t-closeness and k for those alone."""
+    qis, codes, dom = data
+    sa_plan = plan_from_counts(np.bincount(codes, minlength=dom.m), dom, 0.3, 5, lookahead=2)
+    assert (sa_plan.t, sa_plan.k, sa_plan.lookahead) == (0.3, 5, 2)
+    with pytest.raises(ValueError, match=r"made for t = 0.3, k = 5, not t = %r, k = %r" % (t, k)):
+        anonymize(qis, codes, dom, t, k, sa_plan=sa_plan)

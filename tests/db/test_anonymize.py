@@ -192,8 +192,9 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
     assert not [r for r in relations(conn) if r[1].startswith("sabre_tmp_") and r[2] == "r"]
 
 
-@pytest.mark.parametrize("method,keep", [("ak", ["id"]), ("ak", []), ("knn", [])],
-                         ids=["ak-keep-id", "ak", "knn"])
+@pytest.mark.parametrize("method,keep", [("ak", ["id"]), ("ak", []), ("knn", []), ("mondrian", []),
+                                        ("refine", ["id"])],
+                         ids=["ak-keep-id", "ak", "knn", "mondrian", "refine-keep-id"])
 def test_census_end_to_end(pg_conn, method, keep):
     """keep = []: the output is built from the classes alone; keep = ["id"]: with the source."""
     hier = make_census(pg_conn)
@@ -210,7 +211,8 @@ def test_census_end_to_end(pg_conn, method, keep):
     assert types["salary"] == "integer"
 
 
-@pytest.mark.parametrize("method,keep", [("ak", []), ("knn", ["id"])], ids=["ak", "knn-keep-id"])
+@pytest.mark.parametrize("method,keep", [("ak", []), ("knn", ["id"]), ("mondrian", [])],
+                         ids=["ak", "knn-keep-id", "mondrian"])
 def test_adult_end_to_end(pg_conn, pg_dsn, shared_dir, method, keep):
     load_adult(pg_conn, pg_dsn, shared_dir)
     n = count(pg_conn, ident("public.adult"))

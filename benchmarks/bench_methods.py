@@ -1,0 +1,119 @@
+"""SABRE-AK, SABRE-KNN, t-Mondrian and 'refine' side by side, in the core (no database).
+
+Every run is checked by the exact EMD (``exact_emd.domain_class_emds``) and reports AIL (ours,
+(L-1)/(N-1)), the paper's AIL (L/N), real closeness, classes, seconds and violations.
+
+  python benchmarks/bench_methods.py adult              # Adult, occupation SA, t = 0.2, k = 5
+  python benchmarks/bench_methods.py census --rows 100000 [--flat]
+  python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
+
+Adult is read from ``$SABRE_DATA`` (default /work/shared/data)/adult with its ARX hierarchies.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sabre_pg.core.emd import SADomain  # noqa: E402
+from sabre_pg.core.exact_emd import domain_class_emds  # noqa: E402
+from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
+from sabre_pg.core.sabre import QuasiIdentifier, anonymize  # noqa: E402
+from sabre_pg.synthetic import census  # noqa: E402
+
+LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine"}
+
+
+def adult(data_dir: Path):
+    """Adult: occupation as hierarchical SA, the other 8 columns as QIs (age numerical)."""
+    d = data_dir / "adult"
+    with open(d / "adult.csv", newline="") as f:
+        rows = list(csv.reader(f, delimiter=";"))
+    head, rows = rows[0], rows[1:]
+    cols = {h: [r[i] for r in rows] for i, h in enumerate(head)}
+
+    def hierarchy(c):
+        return Hierarchy.from_arx((d / ("adult_hierarchy_%s.csv" % c)).read_text())
+
+    qis = []
+    for c in head:
+        if c == "age":
+            qis.append(QuasiIdentifier(c, np.array(cols[c], dtype=np.float64)))
+        elif c != "occupation":
+            h = hierarchy(c)
+            qis.append(QuasiIdentifier(c, h.codes(cols[c]), h))
+    h = hierarchy("occupation")
+    return qis, h.codes(cols["occupation"]), SADomain("categorical", hierarchy=h)
+
+
+def flat(domain: SADomain) -> SADomain:
+    return SADomain("categorical", hierarchy=Hierarchy.flat(["s%05d" % i for i in range(domain.m)]))
+
+
+def run(qis, codes, domain, t, k, method) -> dict:
+    tic = time.perf_counter()
+    r = anonymize(qis, codes, domain, t, k, method=method)
+    seconds = time.perf_counter() - tic
+    m = r.metrics()
+    exact = domain_class_emds(r.ec, codes, np.ones(len(codes), dtype=np.int64), domain)
+    return {"method": method, "t": t, "k": k, "ail": m["ail"], "ail_paper": m["ail_paper"],
+            "closeness": exact.max_emd, "classes": r.n_classes, "seconds": seconds,
+            "violations": exact.violations(t, k)}
+
+
+def table(records, title) -> str:
+    lines = ["### " + title, "", "| t | k | method | AIL | AIL (paper L/N) | real closeness | classes | s | violations |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append("| %g | %d | %s | %.3f | %.3f | %.3f | %d | %.2f | %d |" % (
+            r["t"], r["k"], LABEL[r["method"]], r["ail"], r["ail_paper"], r["closeness"], r["classes"],
+            r["seconds"], r["violations"]))
+    return "\n".join(lines)
+
+
+def versus_mondrian(records) -> str:
+    """refine's AIL against t-Mondrian's per configuration."""
+    by = {(r["t"], r["k"], r["method"]): r["ail"] for r in records}
+    gains = [(t, k, 1 - by[(t, k, "refine")] / by[(t, k, "mondrian")])
+             for (t, k, m) in by if m == "refine" and (t, k, "mondrian") in by]
+    ten = sum(g >= 0.10 for _, _, g in gains)
+    worse = sum(g < 0 for _, _, g in gains)
+    return ("refine vs t-Mondrian: AIL lower by %s; >= 10%% lower in %d of %d; higher in %d"
+            % (", ".join("%.1f%% (t=%g,k=%d)" % (100 * g, t, k) for t, k, g in gains), ten, len(gains), worse))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data", choices=["adult", "census", "speed"])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--flat", action="store_true", help="census: salary as a flat categorical SA")
+    ap.add_argument("--methods", default="ak,knn,mondrian,refine")
+    a = ap.parse_args(argv)
+    methods = a.methods.split(",")
+    if a.data == "adult":
+        qis, codes, dom = adult(Path(os.environ.get("SABRE_DATA", "/work/shared/data")))
+        configs, title = [(0.2, 5)], "Adult, occupation (hierarchical SA), 8 QIs"
+    else:
+        qis, codes, dom = census(a.rows, seed=1)
+        if a.flat:
+            dom = flat(dom)
+        configs = [(0.15, 6), (0.25, 6), (0.35, 6), (0.35, 2), (0.35, 10), (0.35, 20)]
+        title = "census-like, %d rows, salary %s SA" % (a.rows, "flat" if a.flat else "numerical")
+        if a.data == "speed":
+            configs, methods = [(0.35, 6)], ["ak", "refine"]
+    records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
+    print(table(records, title))
+    if "refine" in methods and "mondrian" in methods:
+        print("\n" + versus_mondrian(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

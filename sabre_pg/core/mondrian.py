@@ -1,0 +1,221 @@
+"""t-Mondrian: the paper's baseline tMondrian (§6; LeFevre et al.'s Mondrian with the
+t-closeness check of Li et al., ICDE 2007), with the exact EMD.
+
+Top-down: every partition is cut on the QI of its widest *normalized span* -- a numerical QI's
+range over the table's range, a categorical QI's IL ``(L - 1)/(N - 1)`` of the lowest common
+ancestor of its leaves -- at the median value (``< median`` left, ``>= median`` right; when the
+median is the partition's smallest value, ``<= median`` / ``> median``).  A cut is kept only
+if both parts have at least k rows and an EMD to the whole table of at most t, decided
+*exactly* (:mod:`.exact_emd`: ordered distance for a numerical SA, hierarchical for a
+categorical SA with a hierarchy, equal distance for a flat one).  A refused cut is retried on
+the next widest QI; a partition no QI can cut is a class.  Every class is therefore t-close
+and k-anonymous by the same exact arithmetic as ``sabre_verify``.
+
+All partitions of one round are cut together with numpy (one sort of the active rows per
+round), so a round costs O(n log n) and there are about log2(n/k) rounds plus retries.
+:func:`cut_round` is also the re-cut step of the refinement (:mod:`.refine`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .emd import SADomain
+from .exact_emd import domain_class_emds
+from .generalize import stable_argsort
+
+__all__ = ["mondrian", "Partitioner"]
+
+
+class Partitioner:
+    """The QIs of a table prepared for Mondrian cuts, and the table's SA counts.
+
+    ``columns`` is an (n x d) matrix of QI values (leaf positions for a categorical QI)."""
+
+    def __init__(self, qis, sa_codes: np.ndarray, domain: SADomain, t: float, k: int):
+        self.qis = qis
+        self.codes = np.asarray(sa_codes, dtype=np.int64)
+        self.domain, self.t, self.k = domain, t, k
+        self.columns = np.asfortranarray(np.column_stack([np.asarray(qi.values, dtype=np.float64)
+                                                          for qi in qis]))     # gathers by column
+        self.table_counts = np.bincount(self.codes, minlength=domain.m)
+        lo, hi = self.columns.min(axis=0), self.columns.max(axis=0)
+        self.scale = np.where(hi > lo, hi - lo, 1.0)
+        self.ties = None        # a secondary order of the rows (rank), for equal QI values
+        self.ranks = None       # per QI, every row's position in its order (see rank)
+
+    def order_ties(self, keys: np.ndarray) -> None:
+        """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
+        self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
+        self.ranks = None
+
+    def rank(self, rows: np.ndarray, dim: np.ndarray) -> np.ndarray:
+        """Each row's position (0..n-1) in the order of QI ``dim[i]`` for row ``rows[i]``, ties
+        broken by ``ties`` (else by row): one sort per QI, made on first use."""
+        if self.ranks is None:
+            n, d = self.columns.shape
+            self.ranks = np.empty((n, d), dtype=np.int64, order="F")
+            for j in range(d):
+                keys = (self.columns[:, j],) if self.ties is None else (self.ties, self.columns[:, j])
+                self.ranks[np.lexsort(keys), j] = np.arange(n)
+        return self.ranks[rows, dim]
+
+    def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
+        """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
+        are ignored."""
+        rows = np.flatnonzero(part >= 0)
+        order = rows[stable_argsort(part[rows])]
+        sizes = np.bincount(part[rows], minlength=n_parts)
+        present = np.flatnonzero(sizes)
+        starts = np.concatenate(([0], np.cumsum(sizes[present])[:-1]))
+        out = np.zeros((n_parts, len(self.qis)))
+        for j, qi in enumerate(self.qis):
+            v = self.columns[:, j][order]
+            lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
+            if qi.numerical:
+                out[present, j] = (hi - lo) / self.scale[j]
+            elif qi.hierarchy.n_leaves > 1:
+                node = qi.hierarchy.lca_node(lo.astype(np.int64), hi.astype(np.int64))
+                out[present, j] = (qi.hierarchy.leaf_count[node] - 1) / (qi.hierarchy.n_leaves - 1)
+        return out
+
+    def t_close(self, labels: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact check of the groups ``labels`` (>= 0) of ``rows``: (ids, ok) with ok[i] when
+        group ids[i] has >= k rows and EMD <= t against the whole table."""
+        m = self.domain.m
+        key, counts = np.unique(labels * m + self.codes[rows], return_counts=True)
+        ec, codes = key // m, key % m
+        rest = self.table_counts - np.bincount(self.codes[rows], minlength=m)
+        present = np.flatnonzero(rest)                       # the other rows: one class, -1
+        ec = np.concatenate((np.full(len(present), -1), ec))
+        codes = np.concatenate((present, codes))
+        counts = np.concatenate((rest[present], counts))
+        exact = domain_class_emds(ec, codes, counts, self.domain)
+        keep = exact.class_ids >= 0
+        return exact.class_ids[keep], ~exact.violating(self.t, self.k)[keep]
+
+
+def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray,
+              stratified: np.ndarray | None = None) -> tuple[np.ndarray, int, np.ndarray]:
+    """Cut every partition q with ``dim[q] >= 0`` on QI ``dim[q]``.
+
+    Mondrian's cut: at the median value.  ``stratified[q]``: SABRE's dichotomize along the
+    QI instead -- of every SA value's rows in q, the half with the smaller QI values goes left
+    (odd counts give their extra row alternately left and right), so both parts keep about
+    q's SA distribution and stay close to the table's when q is (the refinement's cut).
+
+    Returns (part, n_parts, cut): the new partition id per row (a kept cut gives its two parts
+    new ids), the new number of ids, and ``cut[q]``: whether q's cut was kept (t-close and
+    k-anonymous parts)."""
+    cut = np.zeros(n_parts, dtype=bool)
+    rows = np.flatnonzero((part >= 0) & (dim[np.maximum(part, 0)] >= 0))
+    if not len(rows):
+        return part, n_parts, cut
+    owner = part[rows]
+    v = p.columns[rows, dim[owner]]
+    order = np.argsort(owner * len(p.codes) + p.rank(rows, dim[owner]))   # (owner, value, tie)
+    rows, owner, v = rows[order], owner[order], v[order]
+    sizes = np.bincount(owner, minlength=n_parts)
+    left = _median_cut(owner, v, sizes, n_parts)
+    if stratified is not None and stratified.any():
+        s = stratified[owner]
+        left[s] = _stratified_cut(p.codes[rows[s]], owner[s], n_parts)
+    n_left = np.bincount(owner, weights=left, minlength=n_parts)
+    splittable = (n_left > 0) & (n_left < sizes)
+    candidate = splittable[owner]
+    labels = 2 * owner + ~left                  # 2q: left part of q, 2q + 1: right part
+    ids, ok = p.t_close(labels[candidate], rows[candidate])
+    good = np.zeros(2 * n_parts, dtype=bool)
+    good[ids[ok]] = True
+    cut = splittable & good[0::2] & good[1::2]
+    take = cut[owner]
+    part = part.copy()
+    part[rows[take]] = n_parts + labels[take]   # fresh ids n_parts + 2q (+1)
+    return part, 3 * n_parts, cut
+
+
+def _median_cut(owner, v, sizes, n_parts) -> np.ndarray:
+    """Rows sorted by (partition, value): left = below the partition's median value (or at
+    most the median when it is the smallest value)."""
+    starts = np.cumsum(sizes) - sizes
+    median = np.zeros(n_parts)
+    has = sizes > 0
+    median[has] = v[starts[has] + sizes[has] // 2]
+    left = v < median[owner]
+    empty = np.bincount(owner, weights=left, minlength=n_parts) == 0
+    return left | (empty[owner] & (v <= median[owner]))
+
+
+def _stratified_cut(codes, owner, n_parts) -> np.ndarray:
+    """Rows sorted by (partition, value): left = the first half, in value order, of each SA
+    code's rows of the partition; odd counts round up and down alternately (dichotomize)."""
+    order = np.lexsort((codes, owner))          # stable: value order within each (owner, code)
+    o, c = owner[order], codes[order]
+    new = np.r_[True, (o[1:] != o[:-1]) | (c[1:] != c[:-1])]
+    group = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    count = np.diff(np.r_[first, len(o)])
+    rank = np.arange(len(o)) - first[group]
+    odd = count & 1
+    new_owner = np.r_[True, o[first][1:] != o[first][:-1]]
+    owner_of_group = np.cumsum(new_owner) - 1
+    odd_rank = np.cumsum(odd) - odd             # odd groups before, counted from the table's start
+    odd_rank -= (odd_rank - 0)[np.flatnonzero(new_owner)][owner_of_group]
+    half = count // 2 + (odd * ((odd_rank & 1) == 0))
+    left = np.empty(len(o), dtype=bool)
+    left[order] = rank < half[group]
+    return left
+
+
+def mondrian(qis, sa_codes, domain: SADomain, t: float, k: int,
+             part: np.ndarray | None = None) -> np.ndarray:
+    """t-Mondrian: the class id (0..C-1) of every row.  ``part`` (optional): a partition of
+    the rows into t-close, k-anonymous classes to cut further (default: the whole table)."""
+    p = Partitioner(qis, sa_codes, domain, t, k)
+    n = len(p.codes)
+    part = np.zeros(n, dtype=np.int64) if part is None else _compact(part)
+    return split_all(p, part)
+
+
+def split_all(p: Partitioner, part: np.ndarray, stratify: bool = False) -> np.ndarray:
+    """Cut every partition of ``part`` (ids 0..P-1) while a cut is allowed; class ids 0..C-1.
+
+    Each partition tries its QIs widest first; with ``stratify``, a refused median cut is
+    retried as a stratified cut on the same QI before the next QI.  A partition's spans are
+    computed once (a refused cut leaves them unchanged)."""
+    n_parts = int(part.max()) + 1 if len(part) else 0
+    d = p.columns.shape[1]
+    tries = np.zeros(n_parts, dtype=np.int64)    # cuts already refused, per partition
+    final = np.zeros(n_parts, dtype=bool)
+    spans = np.zeros((n_parts, d))
+    known = np.zeros(n_parts, dtype=bool)        # spans[q] computed
+    modes = 2 if stratify else 1
+    while not final.all():
+        need = ~final & ~known
+        if need.any():
+            spans[need] = p.spans(np.where(need[part], part, -1), n_parts)[need]
+            known |= need
+        attempt = np.minimum(tries // modes, d - 1)
+        pick = np.argsort(-spans, axis=1, kind="stable")[np.arange(n_parts), attempt]
+        usable = ~final & (tries < d * modes) & (spans[np.arange(n_parts), pick] > 0)
+        final |= ~usable
+        live = np.where(final[part], -1, part)
+        new_part, new_n, cut = cut_round(p, live, n_parts, np.where(usable, pick, -1),
+                                         (tries % modes) == 1)
+        tries[usable & ~cut] += 1
+        part = np.where(final[part], part, new_part)
+        grown = new_n - n_parts
+        present = np.bincount(part, minlength=new_n) > 0       # cut parents vanish
+        used = np.flatnonzero(present)
+        part = (np.cumsum(present) - 1)[part]
+        final = np.concatenate((final, np.zeros(grown, dtype=bool)))[used]
+        tries = np.concatenate((tries, np.zeros(grown, dtype=np.int64)))[used]
+        known = np.concatenate((known, np.zeros(grown, dtype=bool)))[used]
+        spans = np.concatenate((spans, np.zeros((grown, d))))[used]
+        n_parts = len(used)
+    return _compact(part)
+
+
+def _compact(part: np.ndarray) -> np.ndarray:
+    """Ids renumbered 0..C-1 in order of first appearance by id."""
+    _, inverse = np.unique(np.asarray(part, dtype=np.int64), return_inverse=True)
+    return np.asarray(inverse, dtype=np.int64).reshape(-1)
