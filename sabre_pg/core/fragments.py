@@ -35,7 +35,7 @@ import numpy as np
 
 from .emd import SADomain
 from .parameters import check_k, check_t
-from .redistribute import EPS, ECPlan, _residual_nw_cost, ec_count, ec_size
+from .redistribute import ECPlan, _residual_nw_cost, ec_count, ec_size, margin
 
 PSI_TOLERANCE = 1e-12
 CHUNK = 4096                       # classes whose bounds are evaluated at once
@@ -243,6 +243,8 @@ class JointBound:
         self.ts = np.asarray(ts, dtype=np.float64)
         self.U = fragmentation.U
         counts = fragmentation.counts().astype(np.float64)
+        # the rounding of a bound / t: the residual flow over the fragments, U, and the ratio
+        self.terms = 2 * len(counts) + sum(d.m for d in fragmentation.domains)
         self.table = counts / counts.sum()
         lo = np.array([f.lo for f in fragmentation.fragments]).reshape(-1, len(self.ts))
         hi = np.array([f.hi for f in fragmentation.fragments]).reshape(-1, len(self.ts))
@@ -261,13 +263,18 @@ class JointBound:
         x = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
         out = np.empty((len(x), len(self.ts)))
         for i, (order, distance) in enumerate(self.per_sa):
-            flow = _residual_nw_cost(x[:, order], self.table[order], distance) if len(order) > 1 \
+            flow = _residual_nw_cost(x[:, order], self.table[order], _pairs(distance)) if len(order) > 1 \
                 else np.zeros(len(x))
             out[:, i] = self.U[i] + flow
         return out
 
     def __call__(self, counts) -> np.ndarray:
         return (self.bounds(counts) / self.ts).max(axis=1)
+
+
+def _pairs(distance: np.ndarray):
+    """The pair lookup ``_residual_nw_cost`` takes, over a full distance matrix."""
+    return lambda src, dst: distance[src, dst]
 
 
 # --------------------------------------------------------------------------- sizing
@@ -289,7 +296,7 @@ def even_split_fits(counts, s: int, bound, k: int) -> bool:
     if int(np.sum(counts)) // s < k:
         return False
     for first in range(0, s, CHUNK):
-        if (bound(_distinct_rows(even_templates(counts, s, first, min(s, first + CHUNK)))) > 1.0 + EPS).any():
+        if (bound(_distinct_rows(even_templates(counts, s, first, min(s, first + CHUNK)))) > 1.0 - margin(bound)).any():
             return False
     return True
 

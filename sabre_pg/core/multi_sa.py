@@ -50,6 +50,7 @@ class MultiSAPlan:
     plan: ECPlan
     ts: np.ndarray
     phases: dict = field(default_factory=dict)
+    k: int | None = None               # the k it was made for (anonymize_multi refuses it for others)
 
     @property
     def n_classes(self) -> int:
@@ -61,7 +62,7 @@ class MultiSAPlan:
         buckets = [Bucket(j, j + 1, 0.0) for j in range(len(counts))]
         domain = SADomain("numerical", m=len(counts))
         return SAPlan(counts, Bucketization(buckets, 0.0, domain, counts / counts.sum()), self.plan,
-                      dict(self.phases))
+                      dict(self.phases), 1.0, self.k)      # bounds are normalized by each SA's t
 
 
 def check_ts(ts, d: int) -> np.ndarray:
@@ -91,7 +92,7 @@ def plan_from_joint_counts(joint: JointCounts, domains, ts, k: int = 1, lookahea
             if best_classes is None or classes >= LOOKAHEAD_GAIN * best_classes:
                 best, best_classes = candidate, classes
         plan = size_classes(best, ts, k)
-    return MultiSAPlan(joint, best, plan, ts, dict(stopwatch.phases))
+    return MultiSAPlan(joint, best, plan, ts, dict(stopwatch.phases), k)
 
 
 def most_constraining(codes, domains, ts, k: int, lookahead: int = 4) -> tuple[int, SAPlan]:
@@ -163,6 +164,9 @@ def _by_fragments(qis, codes, domains, ts, k, method, seed, takeout, weights, lo
         stopwatch.merge(plan.phases)
     elif not (np.array_equal(plan.joint.cells, joint.cells) and np.array_equal(plan.joint.counts, joint.counts)):
         raise ValueError("the SA codes do not have the joint frequencies the plan was made from")
+    elif plan.k != k or not np.array_equal(plan.ts, ts):
+        raise ValueError("the plan was made for t = %s, k = %r, not t = %s, k = %r"
+                         % (list(plan.ts), plan.k, list(ts), k))
     fragment = plan.fragmentation.fragment_of_cell()[cell]
     result = anonymize(qis, fragment, plan.sa_plan().buckets.domain, 1.0, k, method, seed, takeout,
                        weights, with_emds=False, sa_plan=plan.sa_plan())

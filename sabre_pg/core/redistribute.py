@@ -39,9 +39,11 @@ from .parameters import check_k, check_t
 ROUNDING = 16 * np.finfo(np.float64).eps
 
 
-def margin(bucket_emd: "BucketEMD") -> float:
-    """The safety margin of the Theorem-4 test for this bucketization (see ``ROUNDING``)."""
-    return ROUNDING * (bucket_emd.n_buckets + bucket_emd.bucketization.domain.m + 4)
+def margin(bucket_emd) -> float:
+    """The safety margin of the Theorem-4 test for this bucketization (see ``ROUNDING``).
+    Any other bound ECSize runs on (``fragments.JointBound``) states its own ``terms``: how
+    many terms of at most 1 its rounding accumulates."""
+    return ROUNDING * (bucket_emd.terms + 4)
 
 
 def dichotomize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +77,7 @@ class BucketEMD:
         buckets = bucketization.buckets
         self.n_buckets = len(buckets)
         domain = bucketization.domain
+        self.terms = self.n_buckets + domain.m    # sums the margin bounds (``margin``)
         self.tree = None
         self._distance = None
         if domain.numerical:
