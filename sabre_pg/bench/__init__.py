@@ -127,32 +127,34 @@ def main(args) -> int:
 def instant_main(args, opts, schema: str, out: Path) -> int:
     """``sabre-pg bench --instant`` (:mod:`sabre_pg.bench.instant`)."""
     from sabre_pg.bench import instant
-    from sabre_pg.connect import connect
 
     cfg = dict(instant.QUICK if opts.quick else instant.DEFAULT)
     if opts.rows:
         cfg["rows"] = opts.rows
     if opts.sizes:
         cfg["sizes"] = [int(size) for size in opts.sizes.split(",") if size.strip()]
-    with connect(args, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
-        result = instant.run_instant_bench(conn, cfg, out, schema, opts.seed, opts.keep)
-    print(f"bench --instant finished in {result['seconds']:.1f} s; results in {out}/ "
-          "(instant.json, instant.md, fig_instant_*.png)")
-    return 0
+    return run_experiment(args, schema, "--instant", out, "instant.json, instant.md, fig_instant_*.png",
+                          lambda conn: instant.run_instant_bench(conn, cfg, out, schema, opts.seed, opts.keep))
 
 
 def multi_sa_main(args, opts, schema: str, out: Path) -> int:
     """``sabre-pg bench --multi-sa`` (:mod:`sabre_pg.bench.multi_sa`)."""
     from sabre_pg.bench import multi_sa
-    from sabre_pg.connect import connect
 
     cfg = dict(multi_sa.QUICK if opts.quick else multi_sa.DEFAULT)
     if opts.rows:
         cfg["rows"] = opts.rows
+    return run_experiment(args, schema, "--multi-sa", out, "multi_sa.json, multi_sa.md, fig_multi_sa.png",
+                          lambda conn: multi_sa.run_multi_sa_bench(conn, cfg, out, schema, opts.seed, opts.keep))
+
+
+def run_experiment(args, schema: str, flag: str, out: Path, files: str, run) -> int:
+    """A separate experiment (``sabre-pg bench <flag>``): ``run(conn)`` on a connection
+    (autocommit, ``search_path`` holding sabre) returns a dict with its ``seconds``."""
+    from sabre_pg.connect import connect
+
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
-        result = multi_sa.run_multi_sa_bench(conn, cfg, out, schema, opts.seed, opts.keep)
-    print(f"bench --multi-sa finished in {result['seconds']:.1f} s; results in {out}/ "
-          "(multi_sa.json, multi_sa.md, fig_multi_sa.png)")
+        result = run(conn)
+    print(f"bench {flag} finished in {result['seconds']:.1f} s; results in {out}/ ({files})")
     return 0
