@@ -9,7 +9,8 @@ occupation and education (both hierarchical), for each t vector: AIL, classes an
 * ``merge``      -- SABRE §7: SABRE on the most constraining SA, then neighbour merges,
 * ``single:<sa>`` -- SABRE on each SA alone (its t), which need not hold for the other SAs,
 * ``mondrian``   -- reference Mondrian (median splits of the widest QI) accepting a split only
-  if both halves keep >= k rows and are t_i-close on every SA,
+  if both halves keep >= k rows and are t_i-close on every SA (``sabre_pg.bench.multi_sa``,
+  shared with ``sabre-pg bench --multi-sa``, which runs this comparison in the database),
 
 and every multi-SA result checked on every SA by emd.py (``violations``).  The cost of the
 second SA is the AIL above the worse single-SA run.
@@ -34,12 +35,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))      # this checkout's sabre_pg
 
 from sabre_pg import census as domain  # noqa: E402
+from sabre_pg.bench import multi_sa as bench  # noqa: E402
 from sabre_pg.core import metrics  # noqa: E402
 from sabre_pg.core.emd import SADomain  # noqa: E402
-from sabre_pg.core.generalize import ECIndex  # noqa: E402
 from sabre_pg.core.hierarchy import Hierarchy, parse_arx  # noqa: E402
-from sabre_pg.core.multi_sa import anonymize_multi, violating  # noqa: E402
-from sabre_pg.core.sabre import QuasiIdentifier, anonymize, encode_numerical, generalize_classes  # noqa: E402
+from sabre_pg.core.multi_sa import anonymize_multi  # noqa: E402
+from sabre_pg.core.sabre import QuasiIdentifier, anonymize, encode_numerical  # noqa: E402
 from sabre_pg.synthetic import census  # noqa: E402
 
 K = 5
@@ -80,53 +81,9 @@ def adult_data(directory: Path):
     return qis, codes.astype(np.int64), domains, ["occupation", "education"]
 
 
-# ---------------------------------------------------------------------------- Mondrian
-def mondrian(qis, codes, domains, ts, k):
-    """Reference Mondrian with every SA checked: a median split of the widest (normalized)
-    QI range is kept when both halves have >= k rows and EMD_i <= t_i on every SA."""
-    n = len(codes)
-    q = [np.bincount(codes[:, i], minlength=d.m) / n for i, d in enumerate(domains)]
-    points = np.column_stack([np.asarray(qi.values, dtype=np.float64) for qi in qis])
-    spans = points.max(axis=0) - points.min(axis=0)
-    spans[spans == 0] = 1.0
-
-    def close(rows):
-        for i, d in enumerate(domains):
-            p = np.bincount(codes[rows, i], minlength=d.m) / len(rows)
-            if d.emd(p, q[i]) > ts[i]:
-                return False
-        return True
-
-    ec = np.empty(n, dtype=np.int64)
-    stack, next_id = [np.arange(n)], 0
-    while stack:
-        rows = stack.pop()
-        done = True
-        widths = (points[rows].max(axis=0) - points[rows].min(axis=0)) / spans
-        for axis in np.argsort(-widths):
-            if widths[axis] == 0:
-                break
-            values = points[rows, axis]
-            median = np.median(values)
-            left = values < median if (values < median).sum() >= len(values) / 2 else values <= median
-            a, b = rows[left], rows[~left]
-            if len(a) >= k and len(b) >= k and close(a) and close(b):
-                stack += [a, b]
-                done = False
-                break
-        if done:
-            ec[rows] = next_id
-            next_id += 1
-    index = ECIndex(ec, next_id)
-    return ec, index, generalize_classes(qis, index)[1]
-
-
 # ---------------------------------------------------------------------------- study
 def record(name, tic, ec, il, sizes, codes, domains, ts):
-    bad, emds = violating(ec, codes, domains, ts)
-    return {"method": name, "seconds": round(time.perf_counter() - tic, 3), "classes": int(len(sizes)),
-            "ail": round(metrics.ail(il, sizes), 4), "violations": int(bad.sum()),
-            "max_emd": [round(float(v), 4) for v in emds.max(axis=0)]}
+    return bench.measure(name, time.perf_counter() - tic, ec, metrics.ail(il, sizes), codes, domains, ts)
 
 
 def study(data, t_vectors):
@@ -143,42 +100,23 @@ def study(data, t_vectors):
             r = anonymize(qis, codes[:, i], domains[i], ts[i], K, with_emds=False)
             rows.append(record("single:" + name, tic, r.ec, r.il, r.sizes, codes, domains, ts))
         tic = time.perf_counter()
-        ec, index, il = mondrian(qis, codes, domains, ts, K)
-        rows.append(record("mondrian", tic, ec, il, index.sizes, codes, domains, ts))
-        worse_single = max(r["ail"] for r in rows if r["method"].startswith("single:"))
-        for r in rows:
-            r["t"], r["ail_above_worse_single"] = list(ts), round(r["ail"] - worse_single, 4)
-        out += rows
+        ec, index, il = bench.mondrian(qis, codes, domains, ts, K)
+        rows.append(record(bench.REFERENCE, tic, ec, il, index.sizes, codes, domains, ts))
+        out += bench.add_cost_of_second_sa(rows)
     return out
-
-
-def markdown(title, rows):
-    lines = ["### " + title, "", "| t | method | classes | AIL | AIL - worse single | seconds | max EMD per SA | "
-             "classes over some t |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append("| %s | %s | %d | %.4f | %+.4f | %.2f | %s | %d |" % (
-            ", ".join("%g" % t for t in r["t"]), r["method"], r["classes"], r["ail"], r["ail_above_worse_single"],
-            r["seconds"], ", ".join("%.3f" % v for v in r["max_emd"]), r["violations"]))
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- db
 def db(dsn, sizes, t=(0.2, 0.2), repeat=1):
     import psycopg
 
-    from sabre_pg import datasets as ds
     out = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET search_path = public, sabre")
         for n in sizes:
-            ds.generate_census(conn, table="census_multi", rows=n, replace=True)
-            conn.execute("DROP TABLE IF EXISTS census_hours")
-            conn.execute("CREATE TABLE census_hours AS SELECT c.*, %s AS hours FROM census_multi c"
-                         % domain.hours_sql("c.salary", "c.age", "c.id"))
-            conn.execute("ALTER TABLE census_hours ADD PRIMARY KEY (id)")
-            conn.execute("ANALYZE census_hours")
-            qis = list(domain.CENSUS_QIS)
-            options = json.dumps({"hierarchies": {c: "census_multi_" + c for c in domain.CENSUS_CATEGORICAL}})
+            data = bench.create_census_hours(conn, "census_hours", n)
+            qis = data["qis"]
+            options = json.dumps({"hierarchies": data["hierarchies"]})
             calls = [("single:salary", "'salary'", "%g" % t[0]), ("single:hours", "'hours'", "%g" % t[1]),
                      ("salary+hours", "ARRAY['salary','hours']", "ARRAY[%g,%g]" % t)]
             for name, sensitive, ts in [c for r in range(repeat) for c in calls[r % 3:] + calls[:r % 3]]:
@@ -224,11 +162,11 @@ def main(argv=None) -> int:
         from sabre_pg.connect import resolve_dsn
         print(db_markdown(medians(db(resolve_dsn(options), sizes, repeat=options.repeat))))
         return 0
-    print(markdown("census-like, %d rows, SAs salary + hours (numerical), k = %d" % (sizes[0], K),
+    print(bench.markdown("census-like, %d rows, SAs salary + hours (numerical), k = %d" % (sizes[0], K),
                    study(census_data(sizes[0]), [(0.1, 0.1), (0.2, 0.15), (0.3, 0.3)])))
     if options.adult:
         print()
-        print(markdown("Adult, SAs occupation + education (hierarchical), k = %d" % K,
+        print(bench.markdown("Adult, SAs occupation + education (hierarchical), k = %d" % K,
                        study(adult_data(Path(options.adult)), [(0.1, 0.1), (0.2, 0.2), (0.3, 0.2)])))
     return 0
 

@@ -2,6 +2,8 @@
 
     sabre-pg bench [--dsn DSN] [--out DIR] [--quick] [--rows N] [--queries Q] [--no-peer]
                    [--sizes 100000,250000,500000] [--seed S] [--keep]
+    sabre-pg bench --instant [--quick] ...      S-INSTANT (:mod:`sabre_pg.bench.instant`)
+    sabre-pg bench --multi-sa [--quick] ...     several SAs (:mod:`sabre_pg.bench.multi_sa`)
 
 Every configuration runs ``sabre_anonymize`` (SABRE-AK and SABRE-KNN) on a generated census
 table and measures the output with the SQL metric functions (``sabre_utility``,
@@ -48,6 +50,10 @@ def parse(extra) -> argparse.Namespace:
     p.add_argument("--instant", action="store_true",
                    help="run the S-INSTANT experiment instead (sabre_instant vs the exhaustive optimum; "
                         "--quick, --rows and --sizes apply)")
+    p.add_argument("--multi-sa", action="store_true",
+                   help="run the several-SA experiment instead (sabre_anonymize with two SAs against each SA "
+                        "alone and the reference Mondrian, census with hours and Adult when loaded; "
+                        "--quick and --rows apply)")
     return p.parse_args(extra)
 
 
@@ -107,6 +113,8 @@ def main(args) -> int:
     out = Path(getattr(args, "out", None) or "bench-out")
     if opts.instant:
         return instant_main(args, opts, schema, out)
+    if opts.multi_sa:
+        return multi_sa_main(args, opts, schema, out)
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
         report = run_bench(conn, cfg, out, opts.seed, opts.keep, use_peer, schema,
@@ -119,16 +127,34 @@ def main(args) -> int:
 def instant_main(args, opts, schema: str, out: Path) -> int:
     """``sabre-pg bench --instant`` (:mod:`sabre_pg.bench.instant`)."""
     from sabre_pg.bench import instant
-    from sabre_pg.connect import connect
 
     cfg = dict(instant.QUICK if opts.quick else instant.DEFAULT)
     if opts.rows:
         cfg["rows"] = opts.rows
     if opts.sizes:
         cfg["sizes"] = [int(size) for size in opts.sizes.split(",") if size.strip()]
+    return run_experiment(args, schema, "--instant", out, "instant.json, instant.md, fig_instant_*.png",
+                          lambda conn: instant.run_instant_bench(conn, cfg, out, schema, opts.seed, opts.keep))
+
+
+def multi_sa_main(args, opts, schema: str, out: Path) -> int:
+    """``sabre-pg bench --multi-sa`` (:mod:`sabre_pg.bench.multi_sa`)."""
+    from sabre_pg.bench import multi_sa
+
+    cfg = dict(multi_sa.QUICK if opts.quick else multi_sa.DEFAULT)
+    if opts.rows:
+        cfg["rows"] = opts.rows
+    return run_experiment(args, schema, "--multi-sa", out, "multi_sa.json, multi_sa.md, fig_multi_sa.png",
+                          lambda conn: multi_sa.run_multi_sa_bench(conn, cfg, out, schema, opts.seed, opts.keep))
+
+
+def run_experiment(args, schema: str, flag: str, out: Path, files: str, run) -> int:
+    """A separate experiment (``sabre-pg bench <flag>``): ``run(conn)`` on a connection
+    (autocommit, ``search_path`` holding sabre) returns a dict with its ``seconds``."""
+    from sabre_pg.connect import connect
+
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
-        result = instant.run_instant_bench(conn, cfg, out, schema, opts.seed, opts.keep)
-    print(f"bench --instant finished in {result['seconds']:.1f} s; results in {out}/ "
-          "(instant.json, instant.md, fig_instant_*.png)")
+        result = run(conn)
+    print(f"bench {flag} finished in {result['seconds']:.1f} s; results in {out}/ ({files})")
     return 0
