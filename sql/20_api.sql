@@ -145,17 +145,19 @@ $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text[], double precision[], integer, text, text, jsonb) IS
     'SABRE t-closeness for several sensitive attributes, each with its own t (one per SA, same order)';
 
+-- The thresholds parameter is not named t: a call naming t (`t => NULL` checks k alone) is
+-- then the one-SA form's, never ambiguous between the two (positional calls are unchanged).
 CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
     output      regclass,
     sensitive   text[],
-    t           double precision[],
+    thresholds  double precision[],
     k           integer DEFAULT 1,
     hierarchies text[] DEFAULT NULL)
 RETURNS TABLE (classes bigint, violations bigint, max_emd double precision[], min_class_size bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import verify
-return verify.run_multi(plpy, output, sensitive, t, k, hierarchies)
+return verify.run_multi(plpy, output, sensitive, thresholds, k, hierarchies)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text[], double precision[], integer, text[]) IS
     'Recompute t-closeness on several sensitive columns (each with its own t) and k-anonymity of an output';

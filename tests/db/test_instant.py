@@ -115,5 +115,7 @@ def test_verify_l_and_k_alone(pg_conn):
     assert verify(pg_conn, "classes", 2)["violations"] == 1                      # class 3: one row
     assert verify(pg_conn, "classes", 1, 2, "sa")["violations"] == 1             # class 3: one value
     assert verify(pg_conn, "classes", 1, 3, "sa")["violations"] == 2
-    row = pg_conn.execute("SELECT * FROM sabre_verify('classes', 'sa', NULL)").fetchone()
+    row = pg_conn.execute("SELECT * FROM sabre_verify('classes', 'sa', t => NULL)").fetchone()
     assert row == (3, 0, None, 1)
+    row = pg_conn.execute("SELECT * FROM sabre_verify('classes', NULL, t => NULL, k => 2)").fetchone()
+    assert row == (3, 1, None, 1)

@@ -228,7 +228,7 @@ BAD = [
     (dict(arrival="seen"), "22004", "nullable"),
     (dict(options='{"replace": true}'), "22023", "does not apply to streams"),
     (dict(qis=("age", "nope")), "42703", "nope"),
-    (dict(method="mondrian"), "22023", "unknown method"),
+    (dict(method="tmondrian"), "22023", "unknown method"),
 ]
 
 
