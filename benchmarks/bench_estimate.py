@@ -24,8 +24,12 @@ Datasets: the census-like table ``public.bench_census_<rows>`` for each size in 
 when ``public.adult`` is missing; SA occupation with its ARX hierarchy).
 
     python benchmarks/bench_estimate.py [--dsn CONNINFO] [--rows 100000,1000000] [--adult DIR]
-                                        [--repeat 5] [--samples 10]
+                                        [--repeat 5] [--samples 10] [--timing-only]
                                         [--statistics-target N] [--json out.json]
+
+``--timing-only`` skips steps 1 and 2 (no anonymization, no re-sampling): step 3 alone, e.g.
+on a 10M-row table (``--rows 10000000 --adult ''``); the table's statistics are those of its
+last ANALYZE.
 
 Without ``--dsn`` the connection is resolved like the CLI's ($DATABASE_URL, PG*, else the
 embedded cluster, started on demand).
@@ -163,6 +167,9 @@ def main(argv=None) -> int:
     parser.add_argument("--statistics-target", type=int, default=-1,
                         help="the SA column's statistics target while sampling (default -1: the server's; "
                              "ANALYZE samples 300 x target rows); restored afterwards")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="time sabre_estimate only: no sabre_anonymize runs and no ANALYZE samples "
+                             "(for tables too large to anonymize here, e.g. --rows 10000000 --adult '')")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     options = parser.parse_args(argv)
     dsn = resolve_dsn(argparse.Namespace(dsn=options.dsn, sabre_schema=options.schema))
@@ -178,9 +185,9 @@ def main(argv=None) -> int:
     for table, qis, sa, opts in datasets:
         with psycopg.connect(dsn, autocommit=True) as conn:
             n = conn.execute(sql.SQL("SELECT count(*) FROM public.{}").format(sql.Identifier(table))).fetchone()[0]
-        actual = actual_runs(dsn, options.schema, table, qis, sa, opts)
-        samples = sample_estimates(dsn, options.schema, table, qis, sa, opts, options.samples,
-                                   options.statistics_target)
+        actual = [] if options.timing_only else actual_runs(dsn, options.schema, table, qis, sa, opts)
+        samples = [] if options.timing_only else sample_estimates(
+            dsn, options.schema, table, qis, sa, opts, options.samples, options.statistics_target)
         estimated = time_estimate(dsn, options.schema, table, qis, sa, opts, options.repeat)
         report.append({"table": table, "rows": n, "estimate_ms": [1000 * w for w in estimated["walls"]],
                        "single_t_ms": [1000 * w for w in estimated["single"]],

@@ -3,9 +3,9 @@
 No row of the source is read.  The sensitive attribute's (SA's) frequencies are estimated
 from its ``pg_catalog.pg_stats`` row and the table's ``pg_class.reltuples`` (the model is
 documented in docs/estimate.md); on that estimated SA summary the core's
-``plan_from_counts`` -- the same code sabre_anonymize runs on its ``GROUP BY`` summary --
-gives the bucketization (§4.2) and the EC-size tree (§4.3), hence buckets, U, the classes
-and their size, for every t asked.
+``plan_from_counts`` -- the same code sabre_anonymize runs on its ``GROUP BY`` summary, here
+through its counting twin ``PlanCounter`` -- gives the bucketization (§4.2) and the EC-size
+tree (§4.3), hence buckets, U, the classes and their size, for every t asked.
 
 The arguments are checked by the same rules as sabre_anonymize's (``request.py``,
 ``common.check_t``/``check_k``); the statistics are read only for columns the caller may
@@ -22,7 +22,7 @@ import numpy as np
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.parameters import check_k
-from sabre_pg.core.sabre import plan_from_counts
+from sabre_pg.core.sabre import PlanCounter
 
 from . import common as C
 from . import errors as E
@@ -240,9 +240,11 @@ def smallest_t(meets, start: float, stop: float = 1.0, step: float = HINT_STEP,
     return at(highest)
 
 
-def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int) -> Estimate:
+def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, counter=None) -> Estimate:
     """The plan sabre_anonymize would make at ``t``: the core's plan_from_counts on the
-    estimated counts.  k is met when the core accepts it for the estimated rows (then every
+    estimated counts, through its counting twin ``PlanCounter`` (the same bucketization and
+    class count without the EC-size tree's templates; ``counter`` shares its counts across
+    the t of one call).  k is met when the core accepts it for the estimated rows (then every
     class of the plan has >= k rows); a plan of one class (the whole table, every
     quasi-identifier fully generalized) gets a hint: the smallest t that splits it."""
     start = time.perf_counter()
@@ -253,11 +255,12 @@ def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int) -> Es
         return Estimate(t, None, None, None, 0, False,
                         "k = %d exceeds the %d rows estimated: no t meets it; choose k <= %d."
                         % (k, rows, rows), None, time.perf_counter() - start)
-    plan = plan_from_counts(counts, domain, t, k, lookahead)
-    classes = plan.plan.n_classes
+    counter = counter or PlanCounter(counts, domain, k, lookahead)
+    plan = counter.at(t)
+    classes = plan.classes
     hint = hint_t = None
     if classes == 1:
-        hint_t = smallest_t(lambda x: plan_from_counts(counts, domain, x, k, lookahead).plan.n_classes > 1, t)
+        hint_t = smallest_t(lambda x: counter.at(x).classes > 1, t)
         hint = ("One class: every quasi-identifier fully generalized. t >= %.4f splits the table." % hint_t
                 if hint_t is not None else "One class at every t <= 1 with k = %d: lower k." % k)
     return Estimate(t, plan.buckets.n_buckets, plan.buckets.U, rows / classes, classes, True, hint, hint_t,
@@ -320,7 +323,8 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
     read_seconds = time.perf_counter() - started
     if suggest:
         ts = sorted(set(ts)) if len(ts) >= 3 else list(SUGGEST_GRID)
-    found = [estimate_t(counts, domain, x, k, opts.lookahead) for x in ts]
+    counter = PlanCounter(counts, domain, k, opts.lookahead) if k <= int(counts.sum()) else None
+    found = [estimate_t(counts, domain, x, k, opts.lookahead, counter) for x in ts]
     marks = [None] * len(found)
     feasible = [i for i, e in enumerate(found) if e.feasible]
     if suggest and feasible:

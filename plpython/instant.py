@@ -429,9 +429,11 @@ class Generalizer:
         numbered = "SELECT c.*, pg_catalog.row_number() OVER (ORDER BY pg_catalog.random()) - 1 AS ec_id FROM classes AS c"
         join = " AND ".join("x.%s = e.%s" % (k, k) for k in keys) or "true"
         columns = self._published_from_x(node) + ["x.%s" % C.ident(c) for c in carried]
+        # OFFSET 0 keeps the second read of x whole: every key is computed before the join with
+        # the passing classes (one hash join on all keys), not after a join on some of them
         return ("CREATE TABLE %s AS WITH x AS NOT MATERIALIZED (%s), classes AS (%s), e AS MATERIALIZED (%s) "
-                "SELECT e.ec_id::pg_catalog.int8 AS ec_id, %s FROM x JOIN e ON %s ORDER BY pg_catalog.random()"
-                % (table, x, classes, numbered, ", ".join(columns), join))
+                "SELECT e.ec_id::pg_catalog.int8 AS ec_id, %s FROM (SELECT * FROM x OFFSET 0) AS x JOIN e ON %s "
+                "ORDER BY pg_catalog.random()" % (table, x, classes, numbered, ", ".join(columns), join))
 
     def _published_from_x(self, node) -> list:
         """The published columns, computed in the final select from the keys ``x.k<i>`` and
@@ -560,8 +562,10 @@ def write(plpy, req: InstantRequest, gen: Generalizer, chosen: Checked, run) -> 
     """The output under a temporary name, checked: (table, classes, rows, min, max class size, sizes)."""
     table = req.output.temporary_qualified(run.run_id, "o")
     # the planner cannot estimate the join of the rows with their passing classes (a few
-    # hundred): without a hint it sorts both sides for a merge join
-    with C.settings(plpy, enable_mergejoin="off"):
+    # hundred): without a hint it sorts both sides for a merge join, and its cost estimate
+    # turns on JIT inlining and optimization, which took longer (4 s at 1M rows) than the
+    # statement's own work
+    with C.settings(plpy, enable_mergejoin="off", jit="off"):
         plpy.execute(plpy.prepare(gen.materialize(chosen.node, table), gen.params.types), gen.params.values)
     diversity = ", pg_catalog.count(DISTINCT o.%s) AS d" % C.ident(req.sa.name) if req.l else ""
     got = plpy.execute("SELECT pg_catalog.array_agg(g.n) AS sizes, pg_catalog.min(%s) AS low_d FROM (SELECT o.ec_id, "

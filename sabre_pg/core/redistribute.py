@@ -200,25 +200,33 @@ def _splits(vectors: np.ndarray, bucket_emd: BucketEMD, U: float, t: float, k: i
 
 
 def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> int:
-    """The number of ECs ``ec_size`` would make, without building its templates: which
-    vectors split is decided on the distinct vectors of each level, and a vector's leaf count
-    is 1 or the sum of its halves'."""
+    """The number of ECs ``ec_size`` would make, without building its templates.
+
+    Which vectors split is decided as ``ec_size`` decides it (both halves keep >= k tuples
+    and EMD(half) + U <= t - margin), on distinct vectors, and a vector's leaf count is 1 or
+    the sum of its halves'.  The bound is evaluated speculatively: the tree is expanded as
+    far as k alone allows, for up to ``SPECULATE`` vectors, and all their halves go to one
+    ``bucket_emd`` call; expansion then resumes from the vectors reachable through the splits
+    allowed.  (Each level has at most B + 1 distinct vectors, so this replaces a call per
+    level by a call per chunk; vectors evaluated but unreachable only cost their EMD.)"""
     counts = np.asarray(counts, dtype=np.int64)
     t, k = check_t(t), check_k(k, counts.sum())
-    halves: dict = {}
+    limit = t - margin(bucket_emd)
+    halves: dict = {}                             # vector bytes -> (half bytes, half bytes) | None
     level = counts[None, :]
+    reached = {counts.tobytes()}
     while len(level):
-        c1, c2, ok = _splits(level, bucket_emd, U, t, k)
-        kids = []
-        for i in range(len(level)):
-            key = level[i].tobytes()
-            if ok[i]:
-                halves[key] = (c1[i].tobytes(), c2[i].tobytes())
-                kids += [c1[i], c2[i]]
-            else:
-                halves[key] = None
-        fresh = [v for v in kids if v.tobytes() not in halves]
-        level = _unique_rows(np.array(fresh))[0] if fresh else np.empty((0, len(counts)), np.int64)
+        parents, firsts, seconds, level = _expand(level, k, halves)
+        if len(parents):
+            e = bucket_emd(np.concatenate((firsts, seconds)))     # one call for the chunk
+            e1, e2 = e[:len(parents)], e[len(parents):]
+            ok = (e1 + U <= limit) & (e2 + U <= limit)
+            for p, a, b, good in zip(parents, firsts, seconds, ok.tolist()):
+                key = p.tobytes()
+                halves[key] = (a.tobytes(), b.tobytes()) if good else None
+                if good and key in reached:       # parents come level by level
+                    reached.update(halves[key])
+        level = np.array([v for v in level if v.tobytes() in reached]).reshape(-1, len(counts))
     leaves: dict = {}
 
     def n_leaves(key):
@@ -228,6 +236,55 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
         return leaves[key]
 
     return n_leaves(counts.tobytes())
+
+
+SPECULATE = 256        # vectors whose halves ec_count sends to one bound call
+
+
+def _expand(level: np.ndarray, k: int, halves: dict) -> tuple:
+    """Dichotomize ``level`` and the distinct halves after it, level by level, as far as k
+    allows and up to ``SPECULATE`` vectors.  Vectors too small to split are recorded as
+    leaves in ``halves``.  Returns (parents, their first halves, their second halves, the
+    distinct vectors of the next level, not yet dichotomized)."""
+    n_buckets = level.shape[1]
+    parts: list = []
+    total = 0
+    while len(level) and total < SPECULATE:
+        c1, c2 = dichotomize(level)
+        fits = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
+        for v in level[~fits]:
+            halves[v.tobytes()] = None
+        parts.append((level[fits], c1[fits], c2[fits]))
+        total += int(fits.sum())
+        kids = np.concatenate((c1[fits], c2[fits]))
+        level = _unique_rows(kids)[0] if len(kids) else np.empty((0, n_buckets), np.int64)
+    if not parts:
+        empty = np.empty((0, n_buckets), np.int64)
+        return empty, empty, empty, level
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]), level)
+
+
+def max_classes(n: int, k: int = 1) -> int:
+    """The leaves of the EC-size tree of ``n`` tuples when only k limits the splits.
+
+    Dichotomize halves a node of s tuples into ceil(s/2) and floor(s/2) tuples (the odd
+    counts' extra tuples alternate), and a split needs floor(s/2) >= k.  The tree of
+    :func:`ec_size` / :func:`ec_count` is this tree with some splits refused by Theorem 4,
+    so its class count is at most this, for every bucketization and every t."""
+    k = max(int(k), 1)
+    level = {int(n): 1}                           # node size -> how many nodes have it
+    leaves = 0
+    while level:
+        below: dict = {}
+        for size, many in level.items():
+            if size // 2 >= k:
+                for half in ((size + 1) // 2, size // 2):
+                    below[half] = below.get(half, 0) + many
+            else:
+                leaves += many
+        level = below
+    return leaves
 
 
 def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,

@@ -19,7 +19,7 @@ from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
 from .mondrian import mondrian
 from .parameters import check_k, check_lookahead, check_t
-from .redistribute import BucketEMD, ECPlan, ec_count, ec_size
+from .redistribute import BucketEMD, ECPlan, ec_count, ec_size, max_classes
 from .refine import refine
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
@@ -234,6 +234,84 @@ def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
         bucket_counts = best.counts(counts)
         plan = ec_size(bucket_counts, BucketEMD(best, bucket_counts), best.U, t, k)
     return SAPlan(counts, best, plan, dict(stopwatch.phases), t, k, lookahead)
+
+
+@dataclass
+class PlanCount:
+    """What :func:`plan_from_counts` chooses at t, without its EC-size tree: the chosen
+    bucketization (its ``.buckets``) and the number of classes (its ``.plan.n_classes``)."""
+    t: float
+    buckets: Bucketization
+    classes: int
+
+
+class PlanCounter:
+    """:func:`plan_from_counts`'s choice and class count at any number of t, for one table
+    (SA ``counts``), k and ``lookahead``: what sabre_estimate asks, at a fraction of the cost.
+
+    * No templates: the classes come from ``ec_count``, as plan_from_counts compares its
+      candidates, and the chosen one is not expanded.
+    * A candidate is counted only if it could replace the current choice.  Its class count is
+      at most ``max_classes(n, k)`` and, for a bucketization already counted at other t, at
+      least its count at a smaller t and at most its count at a larger t (a larger t refuses
+      no split a smaller t allows: the EC-size tree only grows), so the comparison with
+      ``LOOKAHEAD_GAIN`` times the current choice is often settled without counting.
+    * Counts are kept per bucketization across calls, so several t (and the bisection of a
+      hint) share them.
+    The choices and counts are those of plan_from_counts (tests/core/test_plan_counter.py)."""
+
+    def __init__(self, counts, domain: SADomain, k: int = 1, lookahead: int = 4):
+        self.lookahead = check_lookahead(lookahead)
+        self.counts = np.asarray(counts, dtype=np.int64)
+        if len(self.counts) != domain.m:
+            raise ValueError("the SA frequencies have %d counts for %d SA values"
+                             % (len(self.counts), domain.m))
+        self.n = int(self.counts.sum())
+        self.k = check_k(k, self.n)
+        self.domain = domain
+        self.cap = max_classes(self.n, self.k)
+        self.known: dict = {}                     # bucketization -> {t: classes}
+
+    def bounds(self, candidate: Bucketization, t: float) -> tuple:
+        """(lowest, highest) class count ``candidate`` can have at t, from what is known."""
+        seen = self.known.get(_bucketization_key(candidate), {})
+        return (max([c for s, c in seen.items() if s <= t], default=1),
+                min([c for s, c in seen.items() if s >= t], default=self.cap))
+
+    def classes(self, candidate: Bucketization, t: float) -> int:
+        """The class count of ``candidate``'s EC-size tree at t (ec_count unless known)."""
+        low, high = self.bounds(candidate, t)
+        if low == high:
+            return low
+        bucket_counts = candidate.counts(self.counts)
+        found = ec_count(bucket_counts, BucketEMD(candidate, bucket_counts), candidate.U, t, self.k)
+        self.known.setdefault(_bucketization_key(candidate), {})[t] = found
+        return found
+
+    def at(self, t: float) -> PlanCount:
+        """plan_from_counts(counts, domain, t, k, lookahead)'s bucketization and class count."""
+        t = check_t(t)
+        distribution = self.counts / self.n
+        candidates = bucketize(distribution, t, self.domain, lookahead=self.lookahead) \
+            if self.lookahead else [bucketize(distribution, t, self.domain)]
+        best = best_classes = None
+        for candidate in candidates:
+            if best is not None and self.bounds(candidate, t)[1] < LOOKAHEAD_GAIN * best_classes:
+                continue                          # cannot replace the current choice
+            classes = self.classes(candidate, t)
+            if best is None or classes >= LOOKAHEAD_GAIN * best_classes:
+                best, best_classes = candidate, classes
+        return PlanCount(t, best, best_classes)
+
+
+def _bucketization_key(bz: Bucketization) -> tuple:
+    return tuple((b.lo, b.hi) for b in bz.buckets), bz.U
+
+
+def plan_classes(counts, domain: SADomain, ts, k: int = 1, lookahead: int = 4) -> list:
+    """:class:`PlanCount` of every t in ``ts``: plan_from_counts's choice and class count."""
+    counter = PlanCounter(counts, domain, k, lookahead)
+    return [counter.at(t) for t in ts]
 
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
