@@ -54,9 +54,15 @@ CREATE TABLE IF NOT EXISTS @schema@.stream_rows (
     row_no    bigint NOT NULL,                -- arrival order, ties broken by the key
     key       text NOT NULL,                  -- the source key as text
     owner     name NOT NULL DEFAULT CURRENT_USER,
+    arrival   numeric,                        -- the arrival when numbered, order-preserving
     PRIMARY KEY (stream_id, row_no)
 );
-CREATE INDEX IF NOT EXISTS stream_rows_key ON @schema@.stream_rows (stream_id, key);
+ALTER TABLE @schema@.stream_rows ADD COLUMN IF NOT EXISTS arrival numeric;   -- tables of earlier installs
+-- a key is numbered at most once: exactly-once publication rests on this index
+DROP INDEX IF EXISTS @schema@.stream_rows_key;
+CREATE UNIQUE INDEX IF NOT EXISTS stream_rows_once ON @schema@.stream_rows (stream_id, key);
+-- the numbered rows from a window's first arrival on: the late-row rule's anti-join
+CREATE INDEX IF NOT EXISTS stream_rows_arrival ON @schema@.stream_rows (stream_id, arrival);
 COMMENT ON TABLE @schema@.stream_rows IS
     'Row numbering of each stream (insert-only): rows below the next window''s first are published, '
     'the others are published if listed in streams.ahead';
