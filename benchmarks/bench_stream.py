@@ -66,7 +66,8 @@ def run_stream(dsn, census, hierarchies, rows, omega, step, label, verify=False)
         conn.execute("SELECT sabre.sabre_selftest()")               # warm the interpreter
         for name in (SOURCE, SOURCE + "_sabre_w", SOURCE + "_sabre_w_classes", SOURCE + "_sabre_w_keys"):
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute("DELETE FROM sabre.streams WHERE name = 'bench_w'")
+        if conn.execute("SELECT 1 FROM sabre.streams WHERE name = 'bench_w'").fetchone():
+            conn.execute("SELECT sabre.sabre_stream_drop('bench_w')")
         conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
             sql.Identifier(SOURCE), sql.Identifier(census)))
         conn.execute("SELECT * FROM sabre.sabre_stream_create(name => 'bench_w', source => %s::regclass, "

@@ -47,7 +47,7 @@ NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh", "labels")
 ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz")
 EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
          ("published_at", "timestamptz"))
-WINDOW_TABLE = "pg_temp.sabre_w_window"
+ROW_NO = "sabre_w row_no"           # the window table's own column: each row's number
 WINDOW_HINT = ("window_size (omega) and step (I) count rows; window_size must be a multiple of step, "
                "and step at least k, e.g. window_size => 20000, step => 5000.")
 
@@ -299,21 +299,74 @@ def window_state(plpy, s, window):
     return keys, published, sg
 
 
-def copy_window(plpy, req, keys):
-    """The window's rows into :data:`WINDOW_TABLE`, found by their keys (``= ANY`` of the key
-    array: an index scan when the key is indexed, a hashed array otherwise)."""
-    plpy.execute("DROP TABLE IF EXISTS %s" % WINDOW_TABLE)
-    plpy.execute(plpy.prepare("CREATE TEMP TABLE %s AS SELECT s.* FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) "
-                              "ANY ($1::%s[])" % (WINDOW_TABLE, req.source["qname"], C.ident(req.key.name),
-                                                  req.key.col["type"]), ["text[]"]), [keys])
+def window_table(s) -> str:
+    """The session's temporary table of the stream's current window."""
+    return "pg_temp.%s" % C.ident("sabre_w_window_%d" % s["stream_id"])
+
+
+def slide_window(plpy, s, req, window, keys) -> str:
+    """The window's source rows, with their row numbers, in the session's temporary table of
+    the stream (:func:`window_table`).  It is kept between the session's advances: an advance
+    deletes the rows that left the window and copies only those that entered it (the I new
+    rows), found by their keys.  Like the state it is transactional -- a rolled-back advance
+    rolls it back too -- and one that holds no contiguous range ending inside the window
+    (another session advanced the stream since) is rebuilt.  A row's values are therefore
+    those read when it entered the window; a later UPDATE or DELETE of a published row is
+    reported by sabre_stream_verify, and a DELETE before publication fails the advance
+    (:func:`append`)."""
+    table, start = window_table(s), window.first
+    row_no = C.ident(ROW_NO)
+    held = None
+    if plpy.execute("SELECT pg_catalog.to_regclass(%s) IS NOT NULL AS e" % plpy.quote_literal(table))[0]["e"]:
+        held = plpy.execute("SELECT pg_catalog.min(w.%s) AS lo, pg_catalog.max(w.%s) AS hi, pg_catalog.count(*) AS n "
+                            "FROM %s AS w" % (row_no, row_no, table))[0]
+    if held is not None and held["n"] and held["hi"] - held["lo"] + 1 == held["n"] and \
+            held["lo"] <= window.first <= held["hi"] + 1 and held["hi"] <= window.last:
+        start = held["hi"] + 1
+        if (window.first - 1) % window.size == 0:
+            # deleted rows are never vacuumed in a temporary table: once a window's worth of
+            # rows was deleted, the live ones are copied afresh
+            rebuild_window(plpy, table, "SELECT w.* FROM %s AS w WHERE w.%s >= %d" % (table, row_no, window.first))
+        else:
+            plpy.execute("DELETE FROM %s AS w WHERE w.%s < %d" % (table, row_no, window.first))
+    else:
+        rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
+            row_no, req.source["qname"]))
+    entering = keys[start - window.first:]
+    # found by "= ANY" of the keys (an index scan when the key is indexed, a hashed array
+    # otherwise), then given their numbers by a join with the (small) key list
+    key, key_type = C.ident(req.key.name), req.key.col["type"]
+    got = plpy.execute(plpy.prepare(
+        "INSERT INTO %s SELECT s.*, u.n FROM (SELECT * FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])) "
+        "AS s JOIN ROWS FROM (pg_catalog.unnest($1::%s[]), pg_catalog.unnest($2::int8[])) AS u(k, n) "
+        "ON s.%s OPERATOR(pg_catalog.=) u.k" % (table, req.source["qname"], key, key_type, key_type, key),
+        ["text[]", "int8[]"]), [entering, list(range(start, window.last + 1))])
+    if got.nrows() != len(entering):
+        raise deleted(len(entering) - got.nrows(), window)
+    return table
+
+
+def rebuild_window(plpy, table, query):
+    """The window table made afresh from ``query``."""
+    plpy.execute("CREATE TEMP TABLE pg_temp.sabre_w_rebuilt AS %s" % query)
+    plpy.execute("DROP TABLE IF EXISTS %s" % table)
+    plpy.execute("ALTER TABLE pg_temp.sabre_w_rebuilt RENAME TO %s" % table.split(".", 1)[1])
+
+
+def deleted(n, window) -> E.SabreError:
+    """The error of an advance whose window lost ``n`` rows from the source."""
+    return E.not_in_prerequisite_state(
+        "%d rows of window %d..%d were deleted from the source" % (n, window.first, window.last),
+        "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
 
 
 def read_window(plpy, s, req, window, keys):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
-    QIs, SA codes, per-attribute data).  The window's rows are copied once into a temporary
-    table, which takes the source's place in the request: the stages read it as the relation."""
-    copy_window(plpy, req, keys)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=WINDOW_TABLE))
+    QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
+    (:func:`slide_window`), which takes the source's place in the request: the stages read it
+    as the relation."""
+    table = slide_window(plpy, s, req, window, keys)
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=table))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
@@ -321,10 +374,7 @@ def read_window(plpy, s, req, window, keys):
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     data = scan.read(plpy, wreq, encodings, summary)
     if data.rows != window.size:
-        raise E.not_in_prerequisite_state(
-            "%d rows of window %d..%d were deleted from the source" % (window.size - data.rows, window.first,
-                                                                      window.last),
-            "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
+        raise deleted(window.size - data.rows, window)
     order = row_order(req, keys, data.keys)
     columns = [np.asarray(d)[order] for d in data.data]
     qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
@@ -373,8 +423,6 @@ def one_advance(plpy, s, req, phases):
             append(plpy, s, req, read, keys, window, a, result.publication)
     with timed(phases, "save"):
         save(plpy, s, window, published, result)
-        if read is not None:
-            plpy.execute("DROP TABLE %s" % WINDOW_TABLE)
     seconds = sum(phases.values())
     p = result.publication
     row = (a, result.case, None if result.d is None else float(result.d), result.rows, result.classes,
@@ -448,10 +496,11 @@ def append(plpy, s, req, read, keys, window, a, p: W.Publication):
     rows = p.rows
     key_type = req.key.col["type"]
     temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c", "o")}
+    published_keys = [keys[i] for i in rows.tolist()]
     plpy.execute(plpy.prepare(
         "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id, u.row_no FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
         "pg_catalog.unnest($2::int8[]), pg_catalog.unnest($3::int8[])) AS u(key, ec_id, row_no)" % (temp["k"], key_type), ["text[]", "int8[]", "int8[]"]),
-        [[keys[i] for i in rows.tolist()], p.ec.tolist(), window.rows[rows].tolist()])
+        [published_keys, p.ec.tolist(), window.rows[rows].tolist()])
     data = [c[rows] for c in columns]
     with C.settings(plpy, enable_nestloop="off"):
         run(plpy, publish.ClassesTable(wreq, p, data, temp["k"], hierarchies).statement(temp["c"]))
@@ -468,10 +517,18 @@ def append(plpy, s, req, read, keys, window, a, p: W.Publication):
         plpy.execute("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM %s AS x" % (
             req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
             ", ".join("x.%s" % C.ident(c) for c in names), extra, table))
-    plpy.execute("INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, "
-                 "%d, %s FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
-                     req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"],
-                     C.ident(req.key.name)))
+    # the values hashed are those published (the window table's); a row deleted from the source
+    # since it entered the window is not published: the advance fails
+    key = C.ident(req.key.name)
+    present = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.count(*) AS n FROM %s AS x WHERE x.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])" % (
+            req.source["qname"], key, key_type), ["text[]"]), [published_keys])[0]["n"]
+    if present != len(rows):
+        raise deleted(len(rows) - present, window)
+    plpy.execute(
+        "INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, %d, %s "
+        "FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
+            req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"], key))
     plpy.execute("DROP TABLE %s, %s, %s" % (temp["k"], temp["c"], temp["o"]))
 
 
@@ -511,7 +568,9 @@ def drop(plpy, name, purge):
                     "cannot purge the output of stream \"%s\": other objects depend on it: %s"
                     % (name, ", ".join(r["what"] for r in found)), "Drop them first, or drop without purge.")
             plpy.execute("DROP TABLE %s" % ", ".join(C.relation_info(plpy, o)["qname"] for o in oids))
-    plpy.execute("DELETE FROM %s WHERE stream_id = %d" % (C.catalog("streams"), s["stream_id"]))
+    plpy.execute("DROP TABLE IF EXISTS %s" % window_table(s))    # this session's copy of its window
+    for table in ("stream_rows", "streams"):      # stream_advances go with streams (ON DELETE CASCADE)
+        plpy.execute("DELETE FROM %s WHERE stream_id = %d" % (C.catalog(table), s["stream_id"]))
     return True
 
 

@@ -245,6 +245,25 @@ def test_numbering_new_late_and_moved_rows(pg_conn):
     assert v["late"] == 1 and v["published_twice"] == 0 and v["violations"] == 0 and v["expired_unpublished"] == 0
 
 
+def test_row_deleted_after_entering_the_window_is_not_published(pg_conn):
+    """The session keeps the window's rows between advances; a row deleted from the source
+    after it entered the window fails the advance that would publish it (55000), and nothing
+    of that advance remains."""
+    make_source(pg_conn, 700)
+    create(pg_conn, window_size=400, step=100, k=4, t=0.15)
+    assert len(advance(pg_conn)) == 3                      # W3 = 201..600 held by this session
+    victim = pg_conn.execute("SELECT r.key FROM sabre.stream_rows r WHERE r.row_no BETWEEN 301 AND 400 AND NOT "
+                             "EXISTS (SELECT FROM admissions_sabre_w_keys k WHERE k.row_no = r.row_no)").fetchone()
+    assert victim is not None                              # rows 301..400 expire at advance 4
+    victim = victim[0]
+    pg_conn.execute("DELETE FROM admissions WHERE id = %s", (int(victim),))
+    add_rows(pg_conn, 100)
+    before = scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_keys")
+    expect_error(pg_conn, lambda c: advance(c), "55000", "deleted from the source", source=SOURCE)
+    assert scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_keys") == before
+    assert status(pg_conn)["advances"] == 3
+
+
 BAD = [
     (dict(window_size=450, step=100), "22023", "not a multiple"),
     (dict(step=2, k=4, window_size=400), "22023", "smaller than k"),
