@@ -7,13 +7,14 @@ ahead of their window (``ahead``; every row before the next window is published,
 and S_G (its rows, classes, EMDs and generating window).  An advance (:func:`advance`):
 
 1. takes the stream's advisory lock (concurrent advances of one stream serialize);
-2. numbers the rows that arrived since (**late-row rule**: every row not yet numbered whose
-   arrival is at or after the arrival of the current window's first row joins the next step,
-   in (arrival, key) order; an older one is never published and ``verify`` reports it as late);
-3. for each window whose step has arrived: copies the window's rows into a temporary table and
-   reads them with the **same stages** as ``sabre_anonymize`` (``request``, ``scan``: the
-   window is the relation the stages read, so its SA summary gives the window's own domain and
-   normalization), runs
+2. numbers the rows that arrived since, in one set-based INSERT (:func:`number_rows`;
+   **late-row rule**: every row not yet numbered whose arrival is at or after the arrival of
+   the current window's first row joins the next step, in (arrival, key) order; an older one is
+   never published and ``verify`` reports it as late);
+3. for each window whose step has arrived: slides the session's temporary table of the window
+   by the rows that left and entered it (:func:`slide_window`) and reads it with the **same
+   stages** as ``sabre_anonymize`` (``request``, ``scan``: the window is the relation the
+   stages read, so its SA summary gives the window's own domain and normalization), runs
    :func:`sabre_pg.core.window.advance` (the three cases), and appends the published classes
    to ``<output>``, ``<output>_classes`` and ``<output>_keys`` with ``publish``'s builders;
 4. updates the state and logs the advance in ``sabre.stream_advances``.
