@@ -7,13 +7,14 @@ ahead of their window (``ahead``; every row before the next window is published,
 and S_G (its rows, classes, EMDs and generating window).  An advance (:func:`advance`):
 
 1. takes the stream's advisory lock (concurrent advances of one stream serialize);
-2. numbers the rows that arrived since (**late-row rule**: every row not yet numbered whose
-   arrival is at or after the arrival of the current window's first row joins the next step,
-   in (arrival, key) order; an older one is never published and ``verify`` reports it as late);
-3. for each window whose step has arrived: copies the window's rows into a temporary table and
-   reads them with the **same stages** as ``sabre_anonymize`` (``request``, ``scan``: the
-   window is the relation the stages read, so its SA summary gives the window's own domain and
-   normalization), runs
+2. numbers the rows that arrived since, in one set-based INSERT (:func:`number_rows`;
+   **late-row rule**: every row not yet numbered whose arrival is at or after the arrival of
+   the current window's first row joins the next step, in (arrival, key) order; an older one is
+   never published and ``verify`` reports it as late);
+3. for each window whose step has arrived: slides the session's temporary table of the window
+   by the rows that left and entered it (:func:`slide_window`) and reads it with the **same
+   stages** as ``sabre_anonymize`` (``request``, ``scan``: the window is the relation the
+   stages read, so its SA summary gives the window's own domain and normalization), runs
    :func:`sabre_pg.core.window.advance` (the three cases), and appends the published classes
    to ``<output>``, ``<output>_classes`` and ``<output>_keys`` with ``publish``'s builders;
 4. updates the state and logs the advance in ``sabre.stream_advances``.
@@ -47,7 +48,7 @@ NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh", "labels")
 ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz")
 EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
          ("published_at", "timestamptz"))
-WINDOW_TABLE = "pg_temp.sabre_w_window"
+ROW_NO = "sabre_w row_no"           # the window table's own column: each row's number
 WINDOW_HINT = ("window_size (omega) and step (I) count rows; window_size must be a multiple of step, "
                "and step at least k, e.g. window_size => 20000, step => 5000.")
 
@@ -210,38 +211,73 @@ def advance(plpy, name, max_advances=None):
     return out
 
 
+def arrival_number(s, req, alias="s") -> str:
+    """The arrival column as an order-preserving, exact ``numeric`` (what ``stream_rows``
+    records): integers and numerics as they are, a date's days since 2000-01-01, a
+    timestamp's epoch seconds (microsecond-exact)."""
+    col = "%s.%s" % (alias, C.ident(s["arrival"]))
+    typname = req.columns[s["arrival"]]["typname"]
+    if typname == "date":
+        return "((%s) OPERATOR(pg_catalog.-) '2000-01-01'::pg_catalog.date)::pg_catalog.numeric" % col
+    if typname in ("timestamp", "timestamptz"):
+        return "pg_catalog.extract('epoch', %s)" % col
+    return "(%s)::pg_catalog.numeric" % col
+
+
 def horizon(plpy, s, req):
-    """The arrival of the current window's first row as text (None before the first numbering
-    or when that row was deleted: then every unnumbered row is a candidate)."""
+    """(arrival as text, arrival as numeric) of the current window's first row; (None, None)
+    before the first numbering or when that row was deleted: then every unnumbered row is a
+    candidate."""
     if not s["numbered"]:
-        return None
+        return None, None
     first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
     r = plpy.execute(
-        "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
-        "WHERE r.stream_id = %d AND r.row_no = %d" % (
-            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"), C.ident(req.key.name),
-            req.key.col["type"], s["stream_id"], first))
-    return r[0]["a"] if len(r) else None
+        "SELECT (s.%s)::pg_catalog.text AS a, %s AS n FROM %s AS s JOIN %s AS r "
+        "ON s.%s OPERATOR(pg_catalog.=) r.key::%s WHERE r.stream_id = %d AND r.row_no = %d" % (
+            C.ident(s["arrival"]), arrival_number(s, req), req.source["qname"], C.catalog("stream_rows"),
+            C.ident(req.key.name), req.key.col["type"], s["stream_id"], first))
+    return (r[0]["a"], r[0]["n"]) if len(r) else (None, None)
 
 
 def number_rows(plpy, s, req):
-    """Give the rows not yet numbered the next row numbers (the late-row rule, module doc).
-    The candidates are the rows from the horizon on; each is looked up in the numbering by its
-    key (an index probe: hash joins would read the whole numbering and source every advance)."""
-    key, arrival = "s.%s" % C.ident(req.key.name), "s.%s" % C.ident(s["arrival"])
-    since = horizon(plpy, s, req)
-    where = (req.row_filter() or " WHERE true") + ("" if since is None else " AND %s OPERATOR(pg_catalog.>=) $1::%s"
-                                                   % (arrival, req.columns[s["arrival"]]["type"]))
-    with C.settings(plpy, enable_hashjoin="off", enable_mergejoin="off"):
-        got = plpy.execute(plpy.prepare(
-            "INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER (ORDER BY %s, %s), "
-            "(%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r WHERE r.stream_id = %d "
-            "AND r.key OPERATOR(pg_catalog.=) (%s)::pg_catalog.text)" % (
-                C.catalog("stream_rows"), s["stream_id"], s["numbered"], arrival, key, key, req.source["qname"],
-                where, C.catalog("stream_rows"), s["stream_id"], key), ["text"]), [since])
+    """Give the rows not yet numbered the next row numbers (the late-row rule, module doc), in
+    one set-based INSERT.  The candidates are the source rows from the horizon on; the numbered
+    rows they are matched against are those recorded with an arrival from the horizon on (an
+    index range of about a window's rows), so a hash anti-join decides, not a probe per row.
+    A numbered row whose recorded arrival is before the horizon (its arrival was since changed,
+    or it was numbered by an install that did not record arrivals) escapes that range: the
+    unique index on (stream, key) then refuses the insert, and the exact anti-join by key (an
+    index probe per candidate) numbers the rest -- no key is ever numbered twice."""
+    since, since_n = horizon(plpy, s, req)
+    where, matched = req.row_filter() or " WHERE true", ""
+    if since is not None:
+        where += " AND s.%s OPERATOR(pg_catalog.>=) $1::%s" % (C.ident(s["arrival"]),
+                                                               req.columns[s["arrival"]]["type"])
+        matched = " AND r.arrival OPERATOR(pg_catalog.>=) $2::pg_catalog.numeric"
+    try:
+        with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off"):
+            got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text", "numeric"]),
+                               [since, since_n])
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) != "23505":
+            raise
+        with C.settings(plpy, enable_hashjoin="off", enable_mergejoin="off"):
+            got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, ""), ["text"]), [since])
     s["numbered"] += got.nrows()
     plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
         C.catalog("streams"), s["numbered"], s["stream_id"]))
+
+
+def numbering_sql(s, req, where, matched) -> str:
+    """INSERT of the candidates ``where`` not numbered (among the numbered rows ``matched``)
+    into ``stream_rows``, numbered on from ``s["numbered"]`` in (arrival, key) order."""
+    key = C.ident(req.key.name)
+    return ("INSERT INTO %s (stream_id, row_no, key, arrival) SELECT %d, %d + pg_catalog.row_number() OVER "
+            "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text, %s FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
+            "WHERE r.stream_id = %d%s AND r.key OPERATOR(pg_catalog.=) (s.%s)::pg_catalog.text)" % (
+                C.catalog("stream_rows"), s["stream_id"], s["numbered"], C.ident(s["arrival"]), key, key,
+                arrival_number(s, req), req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"],
+                matched, key))
 
 
 def window_state(plpy, s, window):
@@ -264,21 +300,74 @@ def window_state(plpy, s, window):
     return keys, published, sg
 
 
-def copy_window(plpy, req, keys):
-    """The window's rows into :data:`WINDOW_TABLE`, found by their keys (``= ANY`` of the key
-    array: an index scan when the key is indexed, a hashed array otherwise)."""
-    plpy.execute("DROP TABLE IF EXISTS %s" % WINDOW_TABLE)
-    plpy.execute(plpy.prepare("CREATE TEMP TABLE %s AS SELECT s.* FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) "
-                              "ANY ($1::%s[])" % (WINDOW_TABLE, req.source["qname"], C.ident(req.key.name),
-                                                  req.key.col["type"]), ["text[]"]), [keys])
+def window_table(s) -> str:
+    """The session's temporary table of the stream's current window."""
+    return "pg_temp.%s" % C.ident("sabre_w_window_%d" % s["stream_id"])
+
+
+def slide_window(plpy, s, req, window, keys) -> str:
+    """The window's source rows, with their row numbers, in the session's temporary table of
+    the stream (:func:`window_table`).  It is kept between the session's advances: an advance
+    deletes the rows that left the window and copies only those that entered it (the I new
+    rows), found by their keys.  Like the state it is transactional -- a rolled-back advance
+    rolls it back too -- and one that holds no contiguous range ending inside the window
+    (another session advanced the stream since) is rebuilt.  A row's values are therefore
+    those read when it entered the window; a later UPDATE or DELETE of a published row is
+    reported by sabre_stream_verify, and a DELETE before publication fails the advance
+    (:func:`append`)."""
+    table, start = window_table(s), window.first
+    row_no = C.ident(ROW_NO)
+    held = None
+    if plpy.execute("SELECT pg_catalog.to_regclass(%s) IS NOT NULL AS e" % plpy.quote_literal(table))[0]["e"]:
+        held = plpy.execute("SELECT pg_catalog.min(w.%s) AS lo, pg_catalog.max(w.%s) AS hi, pg_catalog.count(*) AS n "
+                            "FROM %s AS w" % (row_no, row_no, table))[0]
+    if held is not None and held["n"] and held["hi"] - held["lo"] + 1 == held["n"] and \
+            held["lo"] <= window.first <= held["hi"] + 1 and held["hi"] <= window.last:
+        start = held["hi"] + 1
+        if (window.first - 1) % window.size == 0:
+            # deleted rows are never vacuumed in a temporary table: once a window's worth of
+            # rows was deleted, the live ones are copied afresh
+            rebuild_window(plpy, table, "SELECT w.* FROM %s AS w WHERE w.%s >= %d" % (table, row_no, window.first))
+        else:
+            plpy.execute("DELETE FROM %s AS w WHERE w.%s < %d" % (table, row_no, window.first))
+    else:
+        rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
+            row_no, req.source["qname"]))
+    entering = keys[start - window.first:]
+    # found by "= ANY" of the keys (an index scan when the key is indexed, a hashed array
+    # otherwise), then given their numbers by a join with the (small) key list
+    key, key_type = C.ident(req.key.name), req.key.col["type"]
+    got = plpy.execute(plpy.prepare(
+        "INSERT INTO %s SELECT s.*, u.n FROM (SELECT * FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])) "
+        "AS s JOIN ROWS FROM (pg_catalog.unnest($1::%s[]), pg_catalog.unnest($2::int8[])) AS u(k, n) "
+        "ON s.%s OPERATOR(pg_catalog.=) u.k" % (table, req.source["qname"], key, key_type, key_type, key),
+        ["text[]", "int8[]"]), [entering, list(range(start, window.last + 1))])
+    if got.nrows() != len(entering):
+        raise deleted(len(entering) - got.nrows(), window)
+    return table
+
+
+def rebuild_window(plpy, table, query):
+    """The window table made afresh from ``query``."""
+    plpy.execute("CREATE TEMP TABLE pg_temp.sabre_w_rebuilt AS %s" % query)
+    plpy.execute("DROP TABLE IF EXISTS %s" % table)
+    plpy.execute("ALTER TABLE pg_temp.sabre_w_rebuilt RENAME TO %s" % table.split(".", 1)[1])
+
+
+def deleted(n, window) -> E.SabreError:
+    """The error of an advance whose window lost ``n`` rows from the source."""
+    return E.not_in_prerequisite_state(
+        "%d rows of window %d..%d were deleted from the source" % (n, window.first, window.last),
+        "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
 
 
 def read_window(plpy, s, req, window, keys):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
-    QIs, SA codes, per-attribute data).  The window's rows are copied once into a temporary
-    table, which takes the source's place in the request: the stages read it as the relation."""
-    copy_window(plpy, req, keys)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=WINDOW_TABLE))
+    QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
+    (:func:`slide_window`), which takes the source's place in the request: the stages read it
+    as the relation."""
+    table = slide_window(plpy, s, req, window, keys)
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=table))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
@@ -286,10 +375,7 @@ def read_window(plpy, s, req, window, keys):
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     data = scan.read(plpy, wreq, encodings, summary)
     if data.rows != window.size:
-        raise E.not_in_prerequisite_state(
-            "%d rows of window %d..%d were deleted from the source" % (window.size - data.rows, window.first,
-                                                                      window.last),
-            "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
+        raise deleted(window.size - data.rows, window)
     order = row_order(req, keys, data.keys)
     columns = [np.asarray(d)[order] for d in data.data]
     qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
@@ -338,8 +424,6 @@ def one_advance(plpy, s, req, phases):
             append(plpy, s, req, read, keys, window, a, result.publication)
     with timed(phases, "save"):
         save(plpy, s, window, published, result)
-        if read is not None:
-            plpy.execute("DROP TABLE %s" % WINDOW_TABLE)
     seconds = sum(phases.values())
     p = result.publication
     row = (a, result.case, None if result.d is None else float(result.d), result.rows, result.classes,
@@ -413,10 +497,11 @@ def append(plpy, s, req, read, keys, window, a, p: W.Publication):
     rows = p.rows
     key_type = req.key.col["type"]
     temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c", "o")}
+    published_keys = [keys[i] for i in rows.tolist()]
     plpy.execute(plpy.prepare(
         "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id, u.row_no FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
         "pg_catalog.unnest($2::int8[]), pg_catalog.unnest($3::int8[])) AS u(key, ec_id, row_no)" % (temp["k"], key_type), ["text[]", "int8[]", "int8[]"]),
-        [[keys[i] for i in rows.tolist()], p.ec.tolist(), window.rows[rows].tolist()])
+        [published_keys, p.ec.tolist(), window.rows[rows].tolist()])
     data = [c[rows] for c in columns]
     with C.settings(plpy, enable_nestloop="off"):
         run(plpy, publish.ClassesTable(wreq, p, data, temp["k"], hierarchies).statement(temp["c"]))
@@ -433,10 +518,18 @@ def append(plpy, s, req, read, keys, window, a, p: W.Publication):
         plpy.execute("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM %s AS x" % (
             req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
             ", ".join("x.%s" % C.ident(c) for c in names), extra, table))
-    plpy.execute("INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, "
-                 "%d, %s FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
-                     req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"],
-                     C.ident(req.key.name)))
+    # the values hashed are those published (the window table's); a row deleted from the source
+    # since it entered the window is not published: the advance fails
+    key = C.ident(req.key.name)
+    present = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.count(*) AS n FROM %s AS x WHERE x.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])" % (
+            req.source["qname"], key, key_type), ["text[]"]), [published_keys])[0]["n"]
+    if present != len(rows):
+        raise deleted(len(rows) - present, window)
+    plpy.execute(
+        "INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, %d, %s "
+        "FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
+            req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"], key))
     plpy.execute("DROP TABLE %s, %s, %s" % (temp["k"], temp["c"], temp["o"]))
 
 
@@ -476,7 +569,9 @@ def drop(plpy, name, purge):
                     "cannot purge the output of stream \"%s\": other objects depend on it: %s"
                     % (name, ", ".join(r["what"] for r in found)), "Drop them first, or drop without purge.")
             plpy.execute("DROP TABLE %s" % ", ".join(C.relation_info(plpy, o)["qname"] for o in oids))
-    plpy.execute("DELETE FROM %s WHERE stream_id = %d" % (C.catalog("streams"), s["stream_id"]))
+    plpy.execute("DROP TABLE IF EXISTS %s" % window_table(s))    # this session's copy of its window
+    for table in ("stream_rows", "streams"):      # stream_advances go with streams (ON DELETE CASCADE)
+        plpy.execute("DELETE FROM %s WHERE stream_id = %d" % (C.catalog(table), s["stream_id"]))
     return True
 
 

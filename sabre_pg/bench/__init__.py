@@ -4,6 +4,7 @@
                    [--sizes 100000,250000,500000] [--seed S] [--keep]
     sabre-pg bench --instant [--quick] ...      S-INSTANT (:mod:`sabre_pg.bench.instant`)
     sabre-pg bench --multi-sa [--quick] ...     several SAs (:mod:`sabre_pg.bench.multi_sa`)
+    sabre-pg bench --stream [--full] [--rows N] SABRE_W, Figs 15-16 (:mod:`sabre_pg.bench.stream`)
 
 Every configuration runs ``sabre_anonymize`` (SABRE-AK and SABRE-KNN) on a generated census
 table and measures the output with the SQL metric functions (``sabre_utility``,
@@ -54,7 +55,34 @@ def parse(extra) -> argparse.Namespace:
                    help="run the several-SA experiment instead (sabre_anonymize with two SAs against each SA "
                         "alone and the reference Mondrian, census with hours and Adult when loaded; "
                         "--quick and --rows apply)")
+    p.add_argument("--stream", action="store_true",
+                   help="the stream experiment instead (SABRE_W: main stream, tumbling baselines, Figs 15-16)")
+    p.add_argument("--full", action="store_true", help="with --stream: the issue's sizes (500k rows) instead of "
+                                                       "the reduced ones")
     return p.parse_args(extra)
+
+
+def stream_configuration(opts: argparse.Namespace) -> dict:
+    """``sabre_pg.bench.stream``'s REDUCED or FULL (a copy), with ``--rows`` applied to the
+    main stream."""
+    from sabre_pg.bench import stream
+
+    cfg = dict(stream.FULL if opts.full else stream.REDUCED)
+    if opts.rows:
+        cfg["rows"] = opts.rows
+    return cfg
+
+
+def run_stream_bench(conn, cfg: dict, out: Path, schema: str) -> dict:
+    """The stream experiment with a progress bar; its report written to ``out``."""
+    from tqdm import tqdm
+
+    from sabre_pg.bench import stream
+
+    with tqdm(total=stream.planned_steps(cfg), desc="sabre-pg bench --stream", unit="batch") as bar:
+        results = stream.run(conn, cfg, schema, lambda: bar.update(1))
+    stream.write(results, out)
+    return results
 
 
 def configuration(opts: argparse.Namespace) -> dict:
@@ -117,6 +145,12 @@ def main(args) -> int:
         return multi_sa_main(args, opts, schema, out)
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
+        if opts.stream:
+            results = run_stream_bench(conn, stream_configuration(opts), out, schema)
+            print(f"stream bench: main {results['main']['total_seconds']:.1f} s, "
+                  f"{results['main']['advance_mean']} s per advance; results in {out}/ "
+                  "(stream.json, stream.md, fig15.png, fig16.png)")
+            return 0
         report = run_bench(conn, cfg, out, opts.seed, opts.keep, use_peer, schema,
                            peer_note(use_peer, opts.no_peer))
     print(f"bench finished in {report.total_seconds:.1f} s; results in {out}/ "

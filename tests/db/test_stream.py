@@ -218,6 +218,52 @@ def test_verify_reports_updates_deletes_and_late_rows(pg_conn):
     assert v["updated"] == 1 and v["deleted"] == 1
 
 
+def test_numbering_new_late_and_moved_rows(pg_conn):
+    """Set-based numbering: new rows in (arrival, key) order, a late row from the window's first
+    arrival on joins them, an older one is left out; a published row whose arrival is moved
+    past the horizon (outside the recorded-arrival range the anti-join reads) is refused by the
+    unique numbering and never numbered twice."""
+    pg_conn.execute("CREATE TABLE events (id int PRIMARY KEY, seq bigint NOT NULL, age int NOT NULL, "
+                    "zip int NOT NULL, amount int NOT NULL)")
+    pg_conn.execute("INSERT INTO events SELECT g, g * 10, 20 + g % 50, g % 17, (g * 7919) % 13 "
+                    "FROM generate_series(1, 300) g")
+    create(pg_conn, name="ev_w", source="events", arrival="seq", qis=("age", "zip"), sensitive="amount",
+           window_size=200, step=100, t=0.3, k=3)
+    assert len(advance(pg_conn, "ev_w")) == 1                # W1 = 1..200; next W2 = 101..300 (seq 1010..)
+    pg_conn.execute("INSERT INTO events VALUES (1001, 1505, 30, 1, 5), (1002, 5, 30, 1, 5)")
+    pg_conn.execute("INSERT INTO events SELECT g, g * 10, 20 + g % 50, g % 17, (g * 7919) % 13 "
+                    "FROM generate_series(301, 398) g")
+    pg_conn.execute("UPDATE events SET seq = 9999 WHERE id = 50")  # published in W1, moved past the horizon
+    assert advance(pg_conn, "ev_w") == []
+    rows = dict(pg_conn.execute("SELECT r.key, r.row_no FROM sabre.stream_rows r JOIN sabre.streams s USING (stream_id) "
+                                "WHERE s.name = 'ev_w'").fetchall())
+    assert len(rows) == 399 and rows["50"] == 50 and rows["1001"] == 301 and "1002" not in rows
+    assert [rows[str(i)] for i in (301, 302, 398)] == [302, 303, 399]
+    pg_conn.execute("INSERT INTO events VALUES (399, 3990, 40, 2, 7)")
+    assert [r["advance_no"] for r in advance(pg_conn, "ev_w")] == [2]
+    v = verify(pg_conn, "ev_w")
+    assert v["late"] == 1 and v["published_twice"] == 0 and v["violations"] == 0 and v["expired_unpublished"] == 0
+
+
+def test_row_deleted_after_entering_the_window_is_not_published(pg_conn):
+    """The session keeps the window's rows between advances; a row deleted from the source
+    after it entered the window fails the advance that would publish it (55000), and nothing
+    of that advance remains."""
+    make_source(pg_conn, 700)
+    create(pg_conn, window_size=400, step=100, k=4, t=0.15)
+    assert len(advance(pg_conn)) == 3                      # W3 = 201..600 held by this session
+    victim = pg_conn.execute("SELECT r.key FROM sabre.stream_rows r WHERE r.row_no BETWEEN 301 AND 400 AND NOT "
+                             "EXISTS (SELECT FROM admissions_sabre_w_keys k WHERE k.row_no = r.row_no)").fetchone()
+    assert victim is not None                              # rows 301..400 expire at advance 4
+    victim = victim[0]
+    pg_conn.execute("DELETE FROM admissions WHERE id = %s", (int(victim),))
+    add_rows(pg_conn, 100)
+    before = scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_keys")
+    expect_error(pg_conn, lambda c: advance(c), "55000", "deleted from the source", source=SOURCE)
+    assert scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_keys") == before
+    assert status(pg_conn)["advances"] == 3
+
+
 BAD = [
     (dict(window_size=450, step=100), "22023", "not a multiple"),
     (dict(step=2, k=4, window_size=400), "22023", "smaller than k"),
