@@ -136,9 +136,12 @@ def test_shifting_sa_goes_through_the_three_cases(pg_conn):
     assert_clean(verify(pg_conn), 800)
 
 
-def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect):
-    """An advance blocked on the output (another session locks it) is cancelled: nothing of it
-    remains; the next call resumes and publishes every expired row exactly once."""
+@pytest.mark.parametrize("stop, sqlstate", [("pg_cancel_backend", "57014"), ("pg_terminate_backend", "57P01")],
+                         ids=["cancel", "killed backend"])
+def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect, stop, sqlstate):
+    """An advance blocked on the output (another session locks it) is cancelled, or its
+    backend is killed mid-transaction (a crash of that process): nothing of it remains; the
+    next call resumes and publishes every expired row exactly once."""
     make_source(pg_conn, 700)
     create(pg_conn)
     assert len(advance(pg_conn, max_advances=1)) == 1
@@ -162,10 +165,10 @@ def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect):
         if scalar(pg_conn, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)):
             break
         time.sleep(0.05)
-    assert scalar(pg_conn, "SELECT pg_cancel_backend(%s)", (pid,))
+    assert scalar(pg_conn, "SELECT pg_catalog.%s(%%s)" % stop, (pid,))
     thread.join(30)
     blocker.rollback()
-    assert len(errors) == 1 and errors[0].sqlstate == "57014"
+    assert len(errors) == 1 and errors[0].sqlstate == sqlstate, errors
     after = (status(pg_conn), scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w"),
              scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM sabre.streams"))
     assert after[1:] == before[1:] and after[0]["advances"] == before[0]["advances"] == 1
