@@ -33,11 +33,12 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                 output, options)
-        if partition.partitions_option(req) is not None:     # docs/scale-out.md
+            partitioned = partition.partitions_option(req) is not None      # docs/scale-out.md
+            if not partitioned:
+                hierarchies = scan.hierarchies(plpy, req)
+                encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+        if partitioned:
             return partition.run(plpy, req, clock)
-        with clock.phase("validate"):
-            hierarchies = scan.hierarchies(plpy, req)
-            encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             plan = _plan(req, summary)
