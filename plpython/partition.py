@@ -349,28 +349,35 @@ def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
 
 
 def check_every_row_once(plpy, req, built):
-    """Every row of the source exactly once: the keys are distinct, each is a source row's,
-    there are as many as source rows and output rows, and each class has its keys' rows."""
+    """Every row of the source exactly once: as many keys as source rows and output rows, and
+    every source row's key among them (so the keys are the source's, each once)."""
     key, src = C.ident(req.key.name), req.source["qname"]
     filt = req.row_filter()
     r = plpy.execute(
-        "SELECT (SELECT pg_catalog.count(*) FROM %(k)s) AS keys, "
-        "(SELECT pg_catalog.count(DISTINCT key) FROM %(k)s) AS distinct_keys, "
-        "(SELECT pg_catalog.count(*) FROM %(k)s AS k JOIN %(src)s AS s ON s.%(key)s OPERATOR(pg_catalog.=) k.key%(and)s) "
-        "AS matched, (SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
-        "(SELECT pg_catalog.count(*) FROM %(o)s) AS output_rows, "
-        "(SELECT pg_catalog.count(*) FROM (SELECT ec_id, pg_catalog.count(*) FROM %(o)s GROUP BY 1 EXCEPT ALL "
-        "SELECT ec_id, pg_catalog.count(*) FROM %(k)s GROUP BY 1) AS x) AS class_mismatch" % {
+        "SELECT (SELECT pg_catalog.count(*) FROM %(k)s) AS keys, (SELECT pg_catalog.count(*) FROM %(o)s) AS "
+        "output_rows, (SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
+        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE EXISTS (SELECT FROM %(k)s AS k WHERE "
+        "k.key OPERATOR(pg_catalog.=) s.%(key)s)%(and)s) AS matched" % {
             "k": built["_keys"], "o": built[""], "src": src, "key": key, "filt": filt,
             "and": filt.replace(" WHERE ", " AND ", 1)})[0]
     n = r["source_rows"]
-    if not (r["keys"] == r["distinct_keys"] == r["matched"] == r["output_rows"] == n) or r["class_mismatch"]:
+    if not r["keys"] == r["matched"] == r["output_rows"] == n:
         raise E.source_changed(
             "the parts' outputs do not hold every row of the source exactly once (%d source rows, %d output "
-            "rows, %d keys of which %d distinct and %d found in the source)" % (
-                n, r["output_rows"], r["keys"], r["distinct_keys"], r["matched"]),
+            "rows, %d keys, %d source rows found among them)" % (n, r["output_rows"], r["keys"], r["matched"]),
             "Run again (inside REPEATABLE READ if the source is being written), with the parts of one "
             "sabre_partitions call.")
+
+
+def _check_classes_match_keys(plpy, built, written):
+    """Each class of the output has as many rows as the side table maps to it."""
+    r = plpy.execute("SELECT pg_catalog.array_agg(g.ec_id ORDER BY g.ec_id) AS ids, pg_catalog.array_agg(g.n ORDER "
+                     "BY g.ec_id) AS ns FROM (SELECT ec_id, pg_catalog.count(*) AS n FROM %s GROUP BY 1) AS g"
+                     % built["_keys"])[0]
+    if not (np.array_equal(np.asarray(r["ids"] or [], dtype=np.int64), written.class_ids)
+            and np.array_equal(np.asarray(r["ns"] or [], dtype=np.int64), written.sizes)):
+        raise E.source_changed("the parts' side tables do not match their outputs' classes",
+                               "Pass the part outputs of one sabre_partitions call, as their runs made them.")
 
 
 def check_against_table(plpy, req, built, summary):
@@ -385,6 +392,7 @@ def check_against_table(plpy, req, built, summary):
     if not np.array_equal(counts, np.asarray(summary.counts, dtype=np.int64)):
         raise _changed()
     written = closeness.measure(plpy, built[""], req.sa.name, req.sa.col, summary.hierarchy)
+    _check_classes_match_keys(plpy, built, written)
     if written.violations(req.t, req.k):
         raise E.source_changed(
             "%d class(es) of the partitioned output violate t = %g or k = %d against the whole table in "
