@@ -34,6 +34,7 @@ from . import closeness
 from . import common as C
 from . import errors as E
 from . import publish, request, scan
+from . import transfer as T
 
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
 MAX_PARTS = 4096
@@ -202,6 +203,13 @@ def _budget(t: float, emd: float, summary, counts) -> float:
     return float(min(1.0, np.nextafter((t - emd) * scale, 0.0)))
 
 
+def _not_the_source(rows, source_rows):
+    return E.source_changed(
+        "the parts' outputs do not hold the source's rows: their sensitive values differ from the source's "
+        "(%d rows in the parts read so far, %d in the source)" % (rows, source_rows),
+        "Publish all parts of one sabre_partitions call; run again if the source changed meanwhile.")
+
+
 def _changed():
     return E.source_changed("the source changed while sabre split it into parts",
                             "Run again, or inside a REPEATABLE READ transaction.")
@@ -284,19 +292,26 @@ def _part_relations(plpy, output) -> dict:
     return found
 
 
-def _union_sql(plpy, table, relations, suffix, offsets, unlogged=False):
-    """CREATE TABLE ``table`` AS the parts' ``suffix`` relations, class ids offset per part."""
+def _union_sql(plpy, table, relations, suffix, written):
+    """(SQL, types, params): CREATE TABLE ``table`` AS the parts' ``suffix`` relations, class
+    ids offset per part; ``_classes`` gets each class's EMD to the whole table."""
     shapes = [list(C.columns(plpy, _oid(plpy, r[suffix])).items()) for r in relations]
     first = [(name, col["type"]) for name, col in shapes[0]]
     if any([(name, col["type"]) for name, col in s] != first for s in shapes):
         raise E.datatype_mismatch("the parts' outputs differ in their columns",
                                   "Anonymize every part with the same quasi-identifiers, SA and options.")
+    emd = suffix == "_classes"
     selects = []
-    for r, off in zip(relations, offsets):
-        cols = ["(p.%s OPERATOR(pg_catalog.+) %d)::%s AS %s" % (C.ident(n), off, t, C.ident(n))
-                if n == closeness.EC else "p.%s" % C.ident(n) for n, t in first]
-        selects.append("SELECT %s FROM %s AS p" % (", ".join(cols), r[suffix]))
-    return "CREATE %sTABLE %s AS %s" % ("UNLOGGED " if unlogged else "", table, " UNION ALL ".join(selects))
+    for r, off in zip(relations, written.offsets):
+        cols = ["(p.%s OPERATOR(pg_catalog.+) %d)::%s AS %s" % (C.ident(n), off, t, C.ident(n)) if n == closeness.EC
+                else "e.emd::%s AS emd" % t if emd and n == "emd" else "p.%s" % C.ident(n) for n, t in first]
+        join = (" JOIN ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), pg_catalog.unnest($2::pg_catalog.float8[]))"
+                " AS e(id, emd) ON e.id OPERATOR(pg_catalog.=) (p.ec_id OPERATOR(pg_catalog.+) %d)" % off) if emd else ""
+        selects.append("SELECT %s FROM %s AS p%s" % (", ".join(cols), r[suffix], join))
+    sql = "CREATE %sTABLE %s AS %s" % ("UNLOGGED " if suffix == "_keys" else "", table, " UNION ALL ".join(selects))
+    if emd:
+        return sql, ["int8[]", "float8[]"], [written.class_ids.tolist(), written.emd.tolist()]
+    return sql, [], []
 
 
 def _oid(plpy, name):
@@ -309,43 +324,132 @@ def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
     run = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     relations = [_part_relations(plpy, o) for o in outputs]
-    offsets, total = [], 0
-    for r in relations:
-        offsets.append(total)
-        total += int(plpy.execute("SELECT COALESCE(pg_catalog.max(ec_id) OPERATOR(pg_catalog.+) 1, 0) AS n "
-                                  "FROM %s" % r["_classes"])[0]["n"])
+    with clock.phase("check"):
+        if summary is None:
+            hierarchy = None if req.sa.hierarchy_name is None else C.load_hierarchy(
+                plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
+            summary = scan.sa_summary(plpy, req, hierarchy)
+        written = check_against_table(plpy, req, relations, summary)
     built = {s: req.output.temporary_qualified(run.run_id, tag) for s, tag in (("", "o"), ("_classes", "c"),
                                                                                 ("_keys", "k"))}
     with clock.phase("build_output"):
         for suffix, table in built.items():
-            plpy.execute(_union_sql(plpy, table, relations, suffix, offsets, unlogged=suffix == "_keys"))
+            _execute(plpy, _union_sql(plpy, table, relations, suffix, written))
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
         plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
             C.ident(req.output.temporary(run.run_id, "k_idx")), built["_keys"]))
         publish.owner_only(plpy, built["_keys"])
     with clock.phase("check"):
-        if summary is None:
-            hierarchy = None if req.sa.hierarchy_name is None else C.load_hierarchy(
-                plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
-            summary = scan.sa_summary(plpy, req, hierarchy)
         check_every_row_once(plpy, req, built)
-        written = check_against_table(plpy, req, built, summary)
     for r in relations:
         plpy.execute("DROP TABLE %s, %s, %s" % (r[""], r["_classes"], r["_keys"]))
     with clock.phase("swap"):
         publish.swap(plpy, req, run, prev, built)
         publish.comment(plpy, req, run)
+    sizes = written.sizes
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
              "method": req.method, "options": {**req.options.given, "partitions": len(outputs)},
-             "rows": int(written.sizes.sum()), "classes": written.classes, "buckets": None, "u": None,
-             "min_class_size": written.min_class_size, "max_class_size": int(written.sizes.max()),
-             "max_emd": written.max_emd, "ail": None, "discernibility": int((written.sizes ** 2).sum()),
+             "rows": int(sizes.sum()), "classes": len(sizes), "buckets": None, "u": None,
+             "min_class_size": int(sizes.min()), "max_class_size": int(sizes.max()),
+             "max_emd": written.max_emd, "ail": None, "discernibility": int((sizes ** 2).sum()),
              "sensitive_attributes": [req.sa.name], "t_values": [req.t], "max_emds": [written.max_emd],
              "phases": clock.report(), "seconds": clock.total()}
     output_oid = publish.record(plpy, req, run, facts)
     return [(run.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"], facts["max_emd"],
              None, facts["seconds"])]
+
+
+def _execute(plpy, statement):
+    sql, types, params = statement
+    plpy.execute(plpy.prepare(sql, types), params)
+
+
+@dataclass(frozen=True)
+class Written:
+    """The exact check of every part's classes against the whole table."""
+    offsets: list            # class id offset of each part
+    class_ids: np.ndarray    # offset ids, ascending
+    sizes: np.ndarray
+    emd: np.ndarray          # each class's EMD to the whole table (correctly rounded)
+
+    @property
+    def max_emd(self) -> float:
+        return float(self.emd.max()) if len(self.emd) else 0.0
+
+
+def check_against_table(plpy, req, relations, summary) -> Written:
+    """Part by part (memory: one part's groups), every class's exact EMD against the whole
+    table's SA counts, >= k rows, and as many rows as the side table maps to it; then the
+    parts' SA counts together must be the table's."""
+    total = np.zeros(len(summary.counts), dtype=np.int64)
+    offsets, ids, sizes, emds, violations, offset = [], [], [], [], 0, 0
+    for r in relations:
+        ec, codes, n = _part_groups(plpy, req, summary, r[""])
+        part_counts = np.bincount(codes, weights=n, minlength=len(total)).astype(np.int64)
+        total += part_counts
+        rest = np.asarray(summary.counts, dtype=np.int64) - part_counts
+        if rest.min() < 0:
+            raise _not_the_source(int(total.sum()), summary.rows)
+        present = np.flatnonzero(rest)          # the rest of the table as class -1: EMDs against the table
+        measured = domain_class_emds(np.r_[np.full(len(present), -1), ec], np.r_[present, codes],
+                                     np.r_[rest[present], n], summary.domain())
+        real = measured.class_ids >= 0
+        violations += int(np.count_nonzero(measured.violating(req.t, req.k)[real]))
+        _check_classes_match_keys(plpy, r["_keys"], measured.class_ids[real], measured.sizes[real])
+        offsets.append(offset)
+        ids.append(measured.class_ids[real] + offset)
+        sizes.append(np.asarray(measured.sizes[real], dtype=np.int64))
+        emds.append(measured.emd[real])
+        offset = int(ids[-1].max()) + 1 if len(ids[-1]) else offset
+    if not np.array_equal(total, np.asarray(summary.counts, dtype=np.int64)):
+        raise _not_the_source(int(total.sum()), summary.rows)
+    written = Written(offsets, np.concatenate(ids), np.concatenate(sizes), np.concatenate(emds))
+    if violations:
+        raise E.source_changed(
+            "%d class(es) of the partitioned output violate t = %g or k = %d against the whole table in "
+            "exact arithmetic (max EMD %.6g, smallest class %d)" % (
+                violations, req.t, req.k, written.max_emd, int(written.sizes.min())),
+            "Run again without options.partitions, or with fewer parts.")
+    return written
+
+
+def _part_groups(plpy, req, summary, output):
+    """(class id, table SA code, rows) of every (class, SA value) of a part's output, in binary."""
+    value = _sa_expr(plpy, req, summary, "o.")
+    text = summary.text_codes() is not None
+    inner = "SELECT o.ec_id::pg_catalog.int8 AS ec_id, %s AS v, pg_catalog.count(*) AS n FROM %s AS o GROUP BY 1, 2" % (
+        value, output)
+    if text:
+        inner = "SELECT g.ec_id, h.pos AS v, g.n FROM (%s) AS g %s" % (inner, C.leaf_position_join("h", 1, "g.v"))
+    vtype = "int8" if text or req.sa.typname in C.INTEGER_TYPES else "float8"
+    query = ("SELECT pg_catalog.count(*) AS groups, pg_catalog.count(x.v) AS known, %s AS ec, %s AS v, %s AS n "
+             "FROM (%s) AS x" % (T.binary_agg("x.ec_id", "int8"), T.binary_agg("x.v", vtype),
+                                 T.binary_agg("x.n", "int8"), inner))
+    row = (plpy.execute(plpy.prepare(query, ["text[]"]), [summary.text_codes()]) if text
+           else plpy.execute(query))[0]
+    groups = int(row["groups"])
+    if row["known"] != groups:
+        raise _changed()
+    ec, values, n = (T.decode_array(row[c], t, groups) for c, t in (("ec", "int8"), ("v", vtype), ("n", "int8")))
+    if text:
+        return ec, values - 1, n
+    codes = np.searchsorted(summary.distinct, values)
+    if len(codes) and (codes.max() >= len(summary.distinct) or not np.array_equal(summary.distinct[codes], values)):
+        raise _changed()
+    return ec, codes, n
+
+
+def _check_classes_match_keys(plpy, keys_table, class_ids, sizes):
+    """Each class of a part's output has as many rows as its side table maps to it."""
+    r = plpy.execute("SELECT pg_catalog.count(*) AS c, %s AS ids, %s AS ns FROM (SELECT ec_id::pg_catalog.int8 AS "
+                     "ec_id, pg_catalog.count(*) AS n FROM %s GROUP BY 1 ORDER BY 1) AS g" % (
+                         T.binary_agg("g.ec_id", "int8"), T.binary_agg("g.n", "int8"), keys_table))[0]
+    c = int(r["c"])
+    if not (np.array_equal(T.decode_array(r["ids"], "int8", c), class_ids)
+            and np.array_equal(T.decode_array(r["ns"], "int8", c), np.asarray(sizes, dtype=np.int64))):
+        raise E.source_changed("the parts' side tables do not match their outputs' classes",
+                               "Pass the part outputs of one sabre_partitions call, as their runs made them.")
 
 
 def check_every_row_once(plpy, req, built):
@@ -367,43 +471,6 @@ def check_every_row_once(plpy, req, built):
             "rows, %d keys, %d source rows found among them)" % (n, r["output_rows"], r["keys"], r["matched"]),
             "Run again (inside REPEATABLE READ if the source is being written), with the parts of one "
             "sabre_partitions call.")
-
-
-def _check_classes_match_keys(plpy, built, written):
-    """Each class of the output has as many rows as the side table maps to it."""
-    r = plpy.execute("SELECT pg_catalog.array_agg(g.ec_id ORDER BY g.ec_id) AS ids, pg_catalog.array_agg(g.n ORDER "
-                     "BY g.ec_id) AS ns FROM (SELECT ec_id, pg_catalog.count(*) AS n FROM %s GROUP BY 1) AS g"
-                     % built["_keys"])[0]
-    if not (np.array_equal(np.asarray(r["ids"] or [], dtype=np.int64), written.class_ids)
-            and np.array_equal(np.asarray(r["ns"] or [], dtype=np.int64), written.sizes)):
-        raise E.source_changed("the parts' side tables do not match their outputs' classes",
-                               "Pass the part outputs of one sabre_partitions call, as their runs made them.")
-
-
-def check_against_table(plpy, req, built, summary):
-    """The output's SA counts are the source's, and every class is within t of them (the exact
-    EMD against the whole table) with >= k rows; the classes table gets the table EMDs."""
-    sa_out = _sa_expr(plpy, req, summary, "o.")
-    codes, counts = _codes(summary), np.zeros(len(summary.counts), dtype=np.int64)
-    for r in plpy.execute("SELECT %s AS v, pg_catalog.count(*) AS n FROM %s AS o GROUP BY 1" % (sa_out, built[""])):
-        if r["v"] not in codes:
-            raise _changed()
-        counts[codes[r["v"]]] += r["n"]
-    if not np.array_equal(counts, np.asarray(summary.counts, dtype=np.int64)):
-        raise _changed()
-    written = closeness.measure(plpy, built[""], req.sa.name, req.sa.col, summary.hierarchy)
-    _check_classes_match_keys(plpy, built, written)
-    if written.violations(req.t, req.k):
-        raise E.source_changed(
-            "%d class(es) of the partitioned output violate t = %g or k = %d against the whole table in "
-            "exact arithmetic (max EMD %.6g, smallest class %d)" % (
-                written.violations(req.t, req.k), req.t, req.k, written.max_emd, written.min_class_size),
-            "Run again without options.partitions, or with fewer parts.")
-    plpy.execute(plpy.prepare(
-        "UPDATE %s AS c SET emd = u.e FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), pg_catalog.unnest($2::pg_catalog.float8[])) "
-        "AS u(id, e) WHERE c.ec_id OPERATOR(pg_catalog.=) u.id" % built["_classes"], ["int8[]", "float8[]"]),
-        [written.class_ids.tolist(), written.emd.tolist()])
-    return written
 
 
 # ---------------------------------------------------------------------------- entry points

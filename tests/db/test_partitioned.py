@@ -103,3 +103,18 @@ def test_plan_and_several_sa_errors(pg_conn, census):
         "SELECT * FROM sabre_anonymize('public.census'::regclass, %s, ARRAY['salary', 'workclass'], "
         "ARRAY[0.3, 0.4]::float8[], 5, 'ak', 'public.census_bad', %s::jsonb)",
         (QIS, json.dumps({"hierarchies": census, "partitions": 2}))), "22023", "one sensitive attribute")
+
+
+def test_publish_refuses_missing_part(pg_conn, census):
+    opts = {"hierarchies": census, "partitions": 2}
+    parts = pg_conn.execute(
+        "SELECT predicate, budget, part_output, part_options FROM sabre_partitions('public.census', %s, 'salary', "
+        "%s, %s, 'ak', 'public.census_half', %s::jsonb)", (QIS, T, K, json.dumps(opts))).fetchall()
+    predicate, budget, part_output, part_options = parts[0]
+    pg_conn.execute("CREATE TEMP VIEW half AS SELECT * FROM public.census WHERE " + predicate)
+    pg_conn.execute("SELECT * FROM sabre_anonymize('pg_temp.half'::regclass, %s, 'salary', %s, %s, 'ak', %s, "
+                    "%s::jsonb)", (QIS, budget, K, part_output, json.dumps(part_options)))
+    expect_error(pg_conn, lambda c: c.execute(
+        "SELECT * FROM sabre_publish_parts('public.census', %s, 'salary', %s, %s, 'ak', 'public.census_half', "
+        "%s::jsonb, ARRAY[%s])", (QIS, T, K, json.dumps(opts), part_output)), "40001", "do not hold the source's rows")
+    assert scalar(pg_conn, "SELECT to_regclass('public.census_half')") is None
