@@ -4,7 +4,7 @@
 For each size in ``--rows`` (default 1000000,10000000) the census-like table
 ``public.bench_census_<rows>`` is generated as ``bench_db.py`` does (reused when present), then
 SABRE-AK with t = 0.35, k = 6, the 7 QIs and SA salary runs partitioned into
-``ceil(rows / --part-rows)`` parts:
+the smallest power of two of parts >= rows / ``--part-rows``:
 
 * ``server``: one call, ``sabre_anonymize(options => '{"partitions": P}')``, in one fresh
   backend, one part after another; its peak memory is that backend's ``VmHWM``
@@ -118,6 +118,13 @@ def check(dsn, schema, output) -> dict:
                 "verify_seconds": time.perf_counter() - t0}
 
 
+def largest_part(dsn, schema, run_id, parts) -> int:
+    """Rows of the largest part: the part runs are the ``parts`` runs just before the published one."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql.SQL("SELECT max(rows) FROM {}.runs WHERE run_id >= %s AND run_id < %s").format(
+            sql.Identifier(schema)), (run_id - parts, run_id)).fetchone()[0]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn")
@@ -138,16 +145,18 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         table, hierarchies, note = ensure_table(dsn, rows, o.schema, False)
         print(f"== {rows:,} rows (table {note}, {time.perf_counter() - t0:.1f} s)", flush=True)
-        parts = max(1, math.ceil(rows / o.part_rows))
+        # median cuts halve: a power of two keeps every part near rows / parts <= --part-rows
+        parts = 1 << max(0, math.ceil(math.log2(rows / o.part_rows)))
         for mode in modes:
             r = run_server(dsn, table, hierarchies, o.schema, parts) if mode == "server" else \
                 run_client(dsn, table, hierarchies, o.schema, parts, o.parallel)
-            r.update(check(dsn, o.schema, r["output"]), mode=mode, size=rows, partitions=parts)
+            r.update(check(dsn, o.schema, r["output"]), mode=mode, size=rows, partitions=parts,
+                     largest_part=largest_part(dsn, o.schema, r["run_id"], parts))
             results.append(r)
             ph = r["phases"]
             print(f"   {mode:6s} {r['wall']:8.1f} s wall; split {ph.get('summary', 0):.1f} s, parts "
                   f"{ph.get('partition', 0):.1f} s, publish+check {ph.get('build_output', 0) + ph.get('check', 0):.1f} s;"
-                  f" {parts} parts, {r['classes']:,} classes (smallest {r['min_class_size']}), max EMD "
+                  f" {parts} parts (largest {r['largest_part']:,} rows), {r['classes']:,} classes (smallest {r['min_class_size']}), max EMD "
                   f"{r['max_emd']:.4f}; sabre_verify: {r['violations']} violations ({r['verify_seconds']:.1f} s); "
                   f"peak backend VmHWM {r['peak_mb'] and round(r['peak_mb'])} MB", flush=True)
     for mode in modes:

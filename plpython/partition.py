@@ -415,29 +415,33 @@ def check_against_table(plpy, req, relations, summary) -> Written:
 
 
 def _part_groups(plpy, req, summary, output):
-    """(class id, table SA code, rows) of every (class, SA value) of a part's output, in binary."""
+    """(class id, table SA code, rows) of every (class, SA value) of a part's output: a number
+    SA travels per row in binary and is grouped in numpy (as ``closeness`` does), a text SA
+    (leaves, numeric ranks) is grouped in SQL and matched to its leaf position."""
     value = _sa_expr(plpy, req, summary, "o.")
-    text = summary.text_codes() is not None
-    inner = "SELECT o.ec_id::pg_catalog.int8 AS ec_id, %s AS v, pg_catalog.count(*) AS n FROM %s AS o GROUP BY 1, 2" % (
-        value, output)
-    if text:
-        inner = "SELECT g.ec_id, h.pos AS v, g.n FROM (%s) AS g %s" % (inner, C.leaf_position_join("h", 1, "g.v"))
-    vtype = "int8" if text or req.sa.typname in C.INTEGER_TYPES else "float8"
-    query = ("SELECT pg_catalog.count(*) AS groups, pg_catalog.count(x.v) AS known, %s AS ec, %s AS v, %s AS n "
-             "FROM (%s) AS x" % (T.binary_agg("x.ec_id", "int8"), T.binary_agg("x.v", vtype),
-                                 T.binary_agg("x.n", "int8"), inner))
-    row = (plpy.execute(plpy.prepare(query, ["text[]"]), [summary.text_codes()]) if text
-           else plpy.execute(query))[0]
+    if summary.text_codes() is None:
+        vtype = "int8" if req.sa.typname in C.INTEGER_TYPES else "float8"
+        row = plpy.execute("SELECT pg_catalog.count(*) AS n, %s AS ec, %s AS v FROM %s AS o" % (
+            T.binary_agg("o.ec_id::pg_catalog.int8", "int8"), T.binary_agg(value, vtype), output))[0]
+        n = int(row["n"])
+        values = T.decode_array(row["v"], vtype, n)
+        codes = np.searchsorted(summary.distinct, values)
+        if n and (codes.max() >= len(summary.distinct) or not np.array_equal(summary.distinct[codes], values)):
+            raise _changed()
+        return closeness.groups(T.decode_array(row["ec"], "int8", n), codes, len(summary.distinct)) if n \
+            else (codes, codes, codes)
+    inner = ("SELECT g.ec_id, h.pos AS v, g.n FROM (SELECT o.ec_id::pg_catalog.int8 AS ec_id, %s AS v, "
+             "pg_catalog.count(*) AS n FROM %s AS o GROUP BY 1, 2) AS g %s" % (
+                 value, output, C.leaf_position_join("h", 1, "g.v")))
+    row = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.count(*) AS groups, pg_catalog.count(x.v) AS known, %s AS ec, %s AS v, %s AS n "
+        "FROM (%s) AS x" % (T.binary_agg("x.ec_id", "int8"), T.binary_agg("x.v", "int8"),
+                            T.binary_agg("x.n", "int8"), inner), ["text[]"]), [summary.text_codes()])[0]
     groups = int(row["groups"])
     if row["known"] != groups:
         raise _changed()
-    ec, values, n = (T.decode_array(row[c], t, groups) for c, t in (("ec", "int8"), ("v", vtype), ("n", "int8")))
-    if text:
-        return ec, values - 1, n
-    codes = np.searchsorted(summary.distinct, values)
-    if len(codes) and (codes.max() >= len(summary.distinct) or not np.array_equal(summary.distinct[codes], values)):
-        raise _changed()
-    return ec, codes, n
+    ec, values, n = (T.decode_array(row[c], "int8", groups) for c in ("ec", "v", "n"))
+    return ec, values - 1, n
 
 
 def _check_classes_match_keys(plpy, keys_table, class_ids, sizes):
