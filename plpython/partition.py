@@ -303,14 +303,17 @@ def _union_sql(plpy, table, relations, suffix, written):
     emd = suffix == "_classes"
     selects = []
     for r, off in zip(relations, written.offsets):
+        # (the EMD by subscript of one array indexed by class id: no join, whose hash tables
+        # would stay allocated for every branch of the UNION ALL until the statement ends)
         cols = ["(p.%s OPERATOR(pg_catalog.+) %d)::%s AS %s" % (C.ident(n), off, t, C.ident(n)) if n == closeness.EC
-                else "e.emd::%s AS emd" % t if emd and n == "emd" else "p.%s" % C.ident(n) for n, t in first]
-        join = (" JOIN ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), pg_catalog.unnest($2::pg_catalog.float8[]))"
-                " AS e(id, emd) ON e.id OPERATOR(pg_catalog.=) (p.ec_id OPERATOR(pg_catalog.+) %d)" % off) if emd else ""
-        selects.append("SELECT %s FROM %s AS p%s" % (", ".join(cols), r[suffix], join))
+                else "($1::pg_catalog.float8[])[p.ec_id OPERATOR(pg_catalog.+) %d]::%s AS emd" % (off + 1, t)
+                if emd and n == "emd" else "p.%s" % C.ident(n) for n, t in first]
+        selects.append("SELECT %s FROM %s AS p" % (", ".join(cols), r[suffix]))
     sql = "CREATE %sTABLE %s AS %s" % ("UNLOGGED " if suffix == "_keys" else "", table, " UNION ALL ".join(selects))
     if emd:
-        return sql, ["int8[]", "float8[]"], [written.class_ids.tolist(), written.emd.tolist()]
+        by_id = np.full(int(written.class_ids.max()) + 1 if len(written.class_ids) else 0, np.nan)
+        by_id[written.class_ids] = written.emd
+        return sql, ["float8[]"], [by_id.tolist()]
     return sql, [], []
 
 
