@@ -21,7 +21,7 @@ from sabre_pg.core.stopwatch import Stopwatch
 
 from . import common as C
 from . import errors as E
-from . import publish, request, scan
+from . import partition, publish, request, scan
 
 ENGINE_HINT = "Check the arguments of sabre_anonymize."
 
@@ -33,8 +33,12 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                 output, options)
-            hierarchies = scan.hierarchies(plpy, req)
-            encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+            partitioned = partition.partitions_option(req) is not None      # docs/scale-out.md
+            if not partitioned:
+                hierarchies = scan.hierarchies(plpy, req)
+                encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+        if partitioned:
+            return partition.run(plpy, req, clock)
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             plan = _plan(req, summary)
@@ -61,6 +65,8 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, list(sensitive), list(t), k, method,
                                 output, options)
+            if partition.partitions_option(req) is not None:
+                partition.run(plpy, req, clock)          # (refuses several SAs)
             hierarchies = scan.hierarchies(plpy, req)
             encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
         with clock.phase("summary"):

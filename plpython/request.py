@@ -18,7 +18,7 @@ from . import common as C
 from . import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
-               "lookahead", "cascade", "lock_timeout", "refresh", "labels")
+               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
           "the whole table; typical values are 0.1 to 0.5.")

@@ -204,17 +204,22 @@ class Run:
         return {"run": self.run_id, "output": self.output_name, "source": self.source,
                 "method": "SABRE-" + self.method.upper(), "t": self.t, "k": self.k, "rows": self.rows,
                 "classes": self.n_classes, "smallest class": self.min_class_size,
-                "max EMD": round(self.max_emd, 6), "AIL": round(self.ail, 6), "seconds": round(self.seconds, 3)}
+                "max EMD": round(self.max_emd, 6), "AIL": _rounded(self.ail, 6), "seconds": round(self.seconds, 3)}
 
     def __repr__(self) -> str:
         return (f"<sabre_pg.Run {self.run_id}: {self.output_name}, {self.rows} rows in {self.n_classes} "
                 f"classes (smallest {self.min_class_size}), max EMD {self.max_emd:.4f} <= t {self.t:g}, "
-                f"k {self.k}, AIL {self.ail:.4f}, {self.seconds:.2f} s>")
+                f"k {self.k}, AIL {_rounded(self.ail, 4)}, {self.seconds:.2f} s>")
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                        f"{html.escape(str(v))}</td></tr>" for k, v in self.summary().items())
         return f"<table><caption>sabre_pg.Run</caption>{rows}</table>"
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    """``round``, keeping None (a partitioned run records no AIL)."""
+    return None if value is None else round(value, digits)
 
 
 def _chunks(bind, relation: str, size: int) -> Iterator:
@@ -263,18 +268,48 @@ def anonymize(bind, source, quasi_identifiers: Sequence[str], sensitive: str, t:
               "method": method, "output": output, "options": json.dumps(opts)}
     with _errors(), _session(bind) as conn, _progress(conn, progress):
         row = conn.execute(query, params).fetchone()
-        # (a later statement: the call's own snapshot predates the output it created)
-        name = conn.execute(
-            "SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname), n.nspname, c.relname "
-            "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-            "ON n.oid OPERATOR(pg_catalog.=) c.relnamespace WHERE c.oid OPERATOR(pg_catalog.=) %s",
-            (row[7],)).fetchone()
+        name = _output_name(conn, row[7])
+    return _run(bind, name, row, source_name, sensitive, t, k, method, opts, schema)
+
+
+def _output_name(conn, oid) -> tuple:
+    """(qualified name, schema, table) of a run's output, after the call (whose own snapshot
+    predates the output it created)."""
+    return conn.execute(
+        "SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname), n.nspname, c.relname "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid OPERATOR(pg_catalog.=) c.relnamespace WHERE c.oid OPERATOR(pg_catalog.=) %s",
+        (oid,)).fetchone()
+
+
+def _run(bind, name, row, source_name, sensitive, t, k, method, opts, schema) -> Run:
+    """The Run of a finished call's row (run_id, rows, classes, min_class_size, max_emd, ail, seconds)."""
     run = Run(row[0], *name, *row[1:7], source=source_name, sensitive=sensitive, t=t, k=k, method=method,
               bind=bind, schema=schema)
     run.output = reflect(bind, run.output_schema, run.output_table) if _is_sqlalchemy(bind) else run.output_name
     if opts.get("labels"):
         run.labels_name = run._relation("_labels")
     return run
+
+
+def anonymize_partitioned(dsn: str, source: str, quasi_identifiers: Sequence[str], sensitive: str, t: float,
+                          k: int = 1, method: str = "ak", output: str | None = None,
+                          hierarchies: dict[str, str] | None = None, options: dict | None = None, *,
+                          partitions: int, parallel: int = 2, schema: str = DEFAULT_SCHEMA,
+                          on_part: Callable[[dict], None] | None = None) -> Run:
+    """A partitioned run (docs/scale-out.md): ``partitions`` parts, ``parallel`` of them at a time
+    on their own connections to ``dsn`` (a conninfo or URL), published as one output."""
+    from sabre_pg import partitioned
+
+    opts = {**(options or {}), "partitions": partitions}
+    if hierarchies:
+        opts["hierarchies"] = {**opts.get("hierarchies", {}), **hierarchies}
+    with _errors():
+        r = partitioned.run(dsn, source, quasi_identifiers, sensitive, t, k, method, output, opts, parallel,
+                            schema, on_part)
+    with _errors(), _session(dsn) as conn:
+        name = _output_name(conn, r[1])
+    return _run(dsn, name, (r[0],) + tuple(r[2:]), source, sensitive, t, k, method, opts, schema)
 
 
 def reflect(bind, schema: str, table: str):

@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "labels=true, keep='[\"id\"]'; repeatable")
     p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
                    help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
+    p.add_argument("--parts", type=int, metavar="N",
+                   help="a partitioned run in N parts, each read and anonymized alone (options.partitions; "
+                        "docs/scale-out.md): bounded memory per backend")
+    p.add_argument("--parallel", type=int, default=1, metavar="W",
+                   help="with --parts: W parts at a time, each on its own connection (default 1: one backend, "
+                        "one part after another)")
 
     p = sub.add_parser("gen", help="generate a synthetic CENSUS-like table")
     _add_db_args(p, "--sabre-schema")
@@ -140,8 +146,12 @@ def anonymize(args: argparse.Namespace) -> int:
 
     options = key_values(args.option, "--option", as_json=True)
     hierarchies = key_values(args.hierarchy, "--hierarchy", as_json=False)
+    if args.parts is not None and args.parallel > 1:
+        return _anonymize_partitioned(args, options, hierarchies)
     display = None if args.progress == "none" else ProgressDisplay(
         bar={"auto": None, "bar": True, "lines": False}[args.progress])
+    if args.parts is not None:
+        options["partitions"] = args.parts
     with connect(args, autocommit=True) as conn:
         try:
             run = api.anonymize(conn, args.source, args.qi, args.sensitive, args.t, args.k, method=args.method,
@@ -150,10 +160,37 @@ def anonymize(args: argparse.Namespace) -> int:
         finally:
             if display is not None:
                 display.close()
-        _print_report(run.summary())
-        checked = api.verify_summary(conn, run, args.sensitive, args.t, args.k,
-                                     hierarchy={**options.get("hierarchies", {}), **hierarchies}.get(args.sensitive),
-                                     schema=args.sabre_schema)
+        return _report_and_verify(args, conn, run, options, hierarchies)
+
+
+def _anonymize_partitioned(args: argparse.Namespace, options: dict, hierarchies: dict) -> int:
+    """``sabre-pg anonymize --parts N --parallel W``: the parts on W connections (sabre_pg.partitioned)."""
+    from sabre_pg import api
+    from sabre_pg.connect import connect, resolve_dsn
+
+    dsn = resolve_dsn(args)
+
+    def on_part(p: dict) -> None:
+        if args.progress != "none":
+            print("part %d/%d: %d rows, %d classes, max EMD to its part %.4f, %.1f s" % (
+                p["part"] + 1, p["parts"], p["rows"], p["classes"], p["max_emd"], p["seconds"]), file=sys.stderr)
+
+    run = api.anonymize_partitioned(dsn, args.source, args.qi, args.sensitive, args.t, args.k, method=args.method,
+                                    output=args.output, hierarchies=hierarchies or None, options=options,
+                                    partitions=args.parts, parallel=args.parallel, schema=args.sabre_schema,
+                                    on_part=on_part)
+    with connect(args, autocommit=True) as conn:
+        return _report_and_verify(args, conn, run, options, hierarchies)
+
+
+def _report_and_verify(args, conn, run, options: dict, hierarchies: dict) -> int:
+    """A run's summary, then sabre_verify's; the exit status."""
+    from sabre_pg import api
+
+    _print_report(run.summary())
+    checked = api.verify_summary(conn, run, args.sensitive, args.t, args.k,
+                                 hierarchy={**options.get("hierarchies", {}), **hierarchies}.get(args.sensitive),
+                                 schema=args.sabre_schema)
     print("verify: %d classes, %d violations, max EMD %.4f, smallest class %d -> %s" % (
         checked["classes"], checked["violations"], checked["max_emd"], checked["min_class_size"],
         "OK" if checked["violations"] == 0 else "FAILED"))

@@ -1,0 +1,47 @@
+-- sabre-pg partitioned runs (issue #11, part 3; docs/scale-out.md): the table split into parts
+-- by aggregate SQL, each part anonymized with its budget by sabre_anonymize, the parts' outputs
+-- published as one.  sabre_anonymize(options => '{"partitions": N}') does all three in one
+-- backend, one part at a time; these two functions let a client (sabre-pg anonymize --parts)
+-- run the parts in parallel on its own connections.  Thin wrappers around sabre_plpy.partition.
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_partitions(
+    source            regclass,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision,
+    k                 integer DEFAULT 1,
+    method            text DEFAULT 'ak',
+    output            text DEFAULT NULL,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS TABLE (part integer, rows bigint, emd double precision, budget double precision,
+               predicate text, part_output text, part_options jsonb)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import partition
+return partition.run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb) IS
+    'The parts of a partitioned run (options.partitions): a predicate, its rows, its EMD to the table and the '
+    'budget t its sabre_anonymize gets, with the part output name and options to pass';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_publish_parts(
+    source            regclass,
+    quasi_identifiers text[],
+    sensitive         text,
+    t                 double precision,
+    k                 integer,
+    method            text,
+    output            text,
+    options           jsonb,
+    parts             text[])
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision, ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import partition
+return partition.run_publish(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, parts)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_publish_parts(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS
+    'Publish the outputs of a partitioned run''s parts as one output: every source row once, every class '
+    'within t of the whole table (exact EMD) and >= k, swapped in atomically and recorded in sabre.runs';
