@@ -14,15 +14,16 @@ asks for it.
 """
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.parameters import check_k
-from sabre_pg.core.sabre import PlanCounter
+from sabre_pg.core.sabre import PlanCounter, plan_counts
 
 from . import common as C
 from . import errors as E
@@ -39,6 +40,11 @@ OTHER_VALUE = "(estimated value %d)"   # names of the unseen values of a flat ca
 NO_STATISTICS_HINT = ("Statistics come from ANALYZE: run ANALYZE %s (%s) or pass options.analyze "
                       "(options => '{\"analyze\": true}').")
 T_HINT = request.T_HINT + " Pass one t or an array, e.g. t => ARRAY[0.15, 0.25, 0.35]."
+ROWS_PER_TARGET = 300              # ANALYZE samples 300 x the statistics target rows
+MAX_STATISTICS_TARGET = 10000      # PostgreSQL's largest statistics target
+RESAMPLES = 8                      # resampled frequency vectors of a sampled pg_stats row
+RESAMPLE_SEED = 10                 # their fixed seed: the same statistics give the same spread
+STABLE_CLASSES = 0.10              # stable: every resample within this share of the point's classes
 
 
 # ------------------------------------------------------------------ the model (pure)
@@ -53,6 +59,17 @@ class ColumnStatistics:
     mcv_values: tuple = ()
     mcv_freqs: tuple = ()
     histogram: tuple = ()          # histogram_bounds; () when none
+    target: int = 0                # the column's effective statistics target (0: unknown)
+
+    def sample_rows(self) -> int:
+        """The rows ANALYZE sampled for these statistics: 300 x the statistics target, at
+        most the table (without a target: the table, as if it were read whole)."""
+        whole = int(round(max(self.reltuples, 0.0)))
+        return min(whole, ROWS_PER_TARGET * self.target) if self.target > 0 else whole
+
+    def sampled(self) -> bool:
+        """True when the frequencies come from a sample smaller than the table."""
+        return self.sample_rows() < int(round(self.reltuples))
 
     def distinct(self) -> int:
         """Distinct non-NULL values: n_distinct, or -n_distinct x reltuples when negative
@@ -194,6 +211,42 @@ def categorical_counts(stats: ColumnStatistics, rows: int, hierarchy: Hierarchy 
     return counts, SADomain("categorical", hierarchy=hierarchy)
 
 
+def resampled_statistics(stats: ColumnStatistics, draws: int = RESAMPLES, seed: int = RESAMPLE_SEED) -> list:
+    """Plausible pg_stats rows, had ANALYZE drawn another sample: ``draws`` copies of
+    ``stats`` whose most common values' frequencies (and the rest's share) are redrawn around
+    the sampled ones -- multinomial, fixed seed, of the sample's non-NULL rows corrected for
+    sampling without replacement (the finite-population factor (N - 1) / (N - s)).  The
+    parametric bootstrap: the redrawn frequencies scatter around the sampled ones as the
+    sampled ones scatter around the table's.  [] when the sample is the table (exact)."""
+    alive = 1.0 - stats.null_frac
+    if not stats.sampled() or alive <= 0:
+        return []
+    shares = np.maximum(np.append(np.asarray(stats.mcv_freqs, dtype=np.float64), stats.rest()), 0.0)
+    shares /= shares.sum()
+    sample, table = stats.sample_rows() * alive, stats.reltuples * alive
+    effective = max(int(round(sample * max(table - 1, 1.0) / max(table - sample, 1.0))), 1)
+    drawn = np.random.default_rng(seed).multinomial(effective, shares, size=draws) / effective * alive
+    return [replace(stats, mcv_freqs=tuple(row[:-1].tolist())) for row in drawn]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The plan over the resampled frequencies: the range of the bucket count and of the
+    classes (the point estimate included), and whether the estimate is stable -- every
+    resample plans the point's bucket count and classes within STABLE_CLASSES of its."""
+    buckets: tuple
+    classes: tuple
+    stable: bool
+
+    @staticmethod
+    def of(point, resampled) -> "Spread":
+        buckets = [point.buckets.n_buckets] + [r.buckets.n_buckets for r in resampled]
+        classes = [point.classes] + [r.classes for r in resampled]
+        stable = all(b == buckets[0] and abs(c - classes[0]) <= STABLE_CLASSES * classes[0]
+                     for b, c in zip(buckets, classes))
+        return Spread((min(buckets), max(buckets)), (min(classes), max(classes)), stable)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One row of sabre_estimate."""
@@ -206,10 +259,13 @@ class Estimate:
     hint: str | None
     hint_t: float | None
     seconds: float
+    spread: Spread | None = None   # None when k cannot be met
 
-    def row(self, source_of_stats: str, knee=None) -> tuple:
+    def row(self, source_of_stats: str, knee=None, sample_rows=None) -> tuple:
+        ranges = (self.spread.buckets + self.spread.classes + (self.spread.stable,)) if self.spread \
+            else (None,) * 5
         return (self.t, self.buckets, self.u, self.ec_size, self.classes, self.feasible, self.hint,
-                source_of_stats, self.seconds, self.hint_t, knee)
+                source_of_stats, self.seconds, self.hint_t, knee) + ranges + (sample_rows,)
 
 
 def smallest_t(meets, start: float, stop: float = 1.0, step: float = HINT_STEP,
@@ -240,13 +296,16 @@ def smallest_t(meets, start: float, stop: float = 1.0, step: float = HINT_STEP,
     return at(highest)
 
 
-def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, counter=None) -> Estimate:
+def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, counter=None,
+               plan=None, resampled=()) -> Estimate:
     """The plan sabre_anonymize would make at ``t``: the core's plan_from_counts on the
-    estimated counts, through its counting twin ``PlanCounter`` (the same bucketization and
-    class count without the EC-size tree's templates; ``counter`` shares its counts across
-    the t of one call).  k is met when the core accepts it for the estimated rows (then every
-    class of the plan has >= k rows); a plan of one class (the whole table, every
-    quasi-identifier fully generalized) gets a hint: the smallest t that splits it."""
+    estimated counts, through its counting twins (the same bucketization and class count
+    without the EC-size tree's templates): ``plan``, its ``PlanCount`` when already made
+    (``plan_counts``), else ``counter`` (a ``PlanCounter`` sharing its counts across the t of
+    one call).  ``resampled``: the PlanCounts of the resampled frequencies at t, whose range
+    is the estimate's :class:`Spread`.  k is met when the core accepts it for the estimated
+    rows (then every class of the plan has >= k rows); a plan of one class (the whole table,
+    every quasi-identifier fully generalized) gets a hint: the smallest t that splits it."""
     start = time.perf_counter()
     rows = int(counts.sum())
     try:
@@ -256,7 +315,7 @@ def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, count
                         "k = %d exceeds the %d rows estimated: no t meets it; choose k <= %d."
                         % (k, rows, rows), None, time.perf_counter() - start)
     counter = counter or PlanCounter(counts, domain, k, lookahead)
-    plan = counter.at(t)
+    plan = plan or counter.at(t)
     classes = plan.classes
     hint = hint_t = None
     if classes == 1:
@@ -264,7 +323,7 @@ def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, count
         hint = ("One class: every quasi-identifier fully generalized. t >= %.4f splits the table." % hint_t
                 if hint_t is not None else "One class at every t <= 1 with k = %d: lower k." % k)
     return Estimate(t, plan.buckets.n_buckets, plan.buckets.U, rows / classes, classes, True, hint, hint_t,
-                    time.perf_counter() - start)
+                    time.perf_counter() - start, Spread.of(plan, resampled))
 
 
 def knee(ts, classes) -> int:
@@ -318,20 +377,59 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
     rows = estimated_rows(stats, sa, qis if opts.nulls == "drop" else [])
     if rows < 1:
         raise scan.no_rows(src["qname"], opts.nulls == "drop")
-    counts, domain = sa_counts(stats[sa.name], rows, sa, hierarchies.get(sa.name))
     described = describe(stats[sa.name], src, sa, rows, analyzed, analyze)
-    read_seconds = time.perf_counter() - started
     if suggest:
         ts = sorted(set(ts)) if len(ts) >= 3 else list(SUGGEST_GRID)
-    counter = PlanCounter(counts, domain, k, opts.lookahead) if k <= int(counts.sum()) else None
-    found = [estimate_t(counts, domain, x, k, opts.lookahead, counter) for x in ts]
+    found = estimate_all(stats[sa.name], rows, sa, hierarchies.get(sa.name), ts, k, opts.lookahead)
+    shared = time.perf_counter() - started - sum(e.seconds for e in found)
     marks = [None] * len(found)
     feasible = [i for i, e in enumerate(found) if e.feasible]
     if suggest and feasible:
         chosen = feasible[knee([found[i].t for i in feasible], [found[i].classes for i in feasible])]
         marks = [i == chosen for i in range(len(found))]
-    return [Estimate(e.t, e.buckets, e.u, e.ec_size, e.classes, e.feasible, e.hint, e.hint_t,
-                     read_seconds + e.seconds).row(described, mark) for e, mark in zip(found, marks)]
+    return [replace(e, seconds=shared + e.seconds, hint=with_sampling_hint(e, stats[sa.name], src, sa))
+            .row(described, mark, stats[sa.name].sample_rows()) for e, mark in zip(found, marks)]
+
+
+def estimate_all(stats: ColumnStatistics, rows: int, sa, hierarchy, ts, k: int, lookahead: int) -> list:
+    """An :class:`Estimate` per t: the plans of the estimated counts and of their resamples
+    (:func:`resampled_statistics`; none when the sample is the table) made together by the
+    core's ``plan_counts``, and each t's spread over the resamples.  The Estimates' seconds
+    are their own hints' (the shared work is the caller's)."""
+    counts, domain = sa_counts(stats, rows, sa, hierarchy)
+    if k > int(counts.sum()):
+        return [estimate_t(counts, domain, x, k, lookahead) for x in ts]
+    tables = [(counts, domain)] + [sa_counts(r, rows, sa, hierarchy) for r in resampled_statistics(stats)]
+    plans = plan_counts(tables, ts, k, lookahead)
+    counter = PlanCounter(counts, domain, k, lookahead)
+    return [estimate_t(counts, domain, x, k, lookahead, counter, plans[0][i], [p[i] for p in plans[1:]])
+            for i, x in enumerate(ts)]
+
+
+def with_sampling_hint(e: Estimate, stats: ColumnStatistics, src, sa) -> str | None:
+    """``e``'s hint, followed, when the estimate is not stable, by the spread and how to get
+    an exact prediction: a statistics target whose sample (300 x target rows) covers the
+    table.  The function changes nothing itself: the statements are the caller's to run."""
+    if e.spread is None or e.spread.stable:
+        return e.hint
+    rows, sample = int(round(stats.reltuples)), stats.sample_rows()
+    kind = {"m": "MATERIALIZED VIEW", "f": "FOREIGN TABLE"}.get(src["relkind"], "TABLE")
+    target = math.ceil(rows / ROWS_PER_TARGET)
+    statements = "ALTER %s %s ALTER COLUMN %s SET STATISTICS %d; ANALYZE %s (%s);" % (
+        kind, src["qname"], C.ident(sa.name), min(target, MAX_STATISTICS_TARGET), src["qname"], C.ident(sa.name))
+    text = ("Unstable estimate: pg_stats comes from ANALYZE's sample of %d of ~%d rows, and with its frequencies "
+            "redrawn %d times the plan has %s buckets and %s classes. " % (
+                sample, rows, RESAMPLES, span_text(e.spread.buckets), span_text(e.spread.classes)))
+    if target <= MAX_STATISTICS_TARGET:
+        text += "For an exact prediction let ANALYZE read the whole table: %s" % statements
+    else:
+        text += ("The largest statistics target samples %d rows, fewer than the table's: %s narrows the spread; "
+                 "the run's own plan (sabre.runs) is exact." % (ROWS_PER_TARGET * MAX_STATISTICS_TARGET, statements))
+    return text if e.hint is None else e.hint + " " + text
+
+
+def span_text(span: tuple) -> str:
+    return "%d" % span[0] if span[0] == span[1] else "%d-%d" % span
 
 
 def t_values(t) -> list:
@@ -381,7 +479,10 @@ def check_owner(plpy, src, message: str, hint: str):
 STATISTICS_SQL = (
     "SELECT DISTINCT ON (s.attname) s.attname::pg_catalog.text AS name, s.null_frac::pg_catalog.float8 AS null_frac, "
     "s.n_distinct::pg_catalog.float8 AS n_distinct, s.most_common_vals::pg_catalog.text AS mcv, "
-    "s.most_common_freqs::pg_catalog.float8[] AS freqs, s.histogram_bounds::pg_catalog.text AS histogram "
+    "s.most_common_freqs::pg_catalog.float8[] AS freqs, s.histogram_bounds::pg_catalog.text AS histogram, "
+    "(SELECT CASE WHEN a.attstattarget IS NULL OR a.attstattarget < 0 "
+    "THEN pg_catalog.current_setting('default_statistics_target')::pg_catalog.int4 ELSE a.attstattarget END "
+    "FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = $4 AND a.attname = s.attname) AS target "
     "FROM pg_catalog.pg_stats AS s WHERE s.schemaname = $1 AND s.tablename = $2 "
     "AND s.attname = ANY ($3::pg_catalog.name[]) ORDER BY s.attname, s.inherited DESC")
 RELATION_SQL = (
@@ -395,8 +496,8 @@ def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
     """({attribute: ColumnStatistics}, when the table was last analyzed) from pg_stats (the
     statistics of the whole inheritance tree when there are) and pg_class.reltuples."""
     rel = plpy.execute(plpy.prepare(RELATION_SQL, ["oid"]), [src["oid"]])[0]
-    found = {r["name"]: r for r in plpy.execute(plpy.prepare(STATISTICS_SQL, ["name", "name", "text[]"]), [
-        src["nspname"], src["relname"], [a.name for a in attrs]])}
+    found = {r["name"]: r for r in plpy.execute(plpy.prepare(STATISTICS_SQL, ["name", "name", "text[]", "oid"]), [
+        src["nspname"], src["relname"], [a.name for a in attrs], src["oid"]])}
     missing = [a.name for a in attrs if a.name not in found]
     if rel["reltuples"] == 0 and (missing or analyzed_now):
         raise scan.no_rows(src["qname"], False)
@@ -409,7 +510,8 @@ def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
         r = found[a.name]
         mcv = decode_values(plpy, a, r["mcv"])
         stats[a.name] = ColumnStatistics(rel["reltuples"], r["null_frac"], r["n_distinct"], tuple(mcv),
-                                         tuple(r["freqs"] or ()), tuple(decode_values(plpy, a, r["histogram"])))
+                                         tuple(r["freqs"] or ()), tuple(decode_values(plpy, a, r["histogram"])),
+                                         int(r["target"] or 0))
         if a.numerical and not np.all(np.isfinite(np.asarray(mcv + list(stats[a.name].histogram), float))):
             raise scan.nonfinite_error([(a.name, int(rel["reltuples"]))])
     return stats, rel["analyzed"]
@@ -457,8 +559,11 @@ def describe(stats: ColumnStatistics, src, sa, rows: int, analyzed, analyzed_now
         shape = "histogram of %d buckets, %d other values" % (max(len(stats.histogram) - 1, 0), stats.others())
     else:
         shape = "MCV list complete"
+    sample = "sample of %d rows (statistics target %d): %s" % (
+        stats.sample_rows(), stats.target, "frequencies sampled, spread over %d resamples" % RESAMPLES
+        if stats.sampled() else "the whole table")
     return "%spg_stats of %s.%s (analyzed %s): %d most common values (%.1f%% of rows), %s; n_distinct %g, " \
-           "null_frac %g, reltuples %.0f; %d rows estimated" % (
+           "null_frac %g, reltuples %.0f; %s; %d rows estimated" % (
                "ANALYZE run by this call; " if analyzed_now else "", src["qname"], C.ident(sa.name),
                analyzed or "at an unknown time", len(stats.mcv_values), covered, shape, stats.n_distinct,
-               stats.null_frac, stats.reltuples, rows)
+               stats.null_frac, stats.reltuples, sample, rows)

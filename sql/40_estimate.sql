@@ -2,6 +2,21 @@
 -- Thin PL/Python wrappers around sabre_plpy.estimate (docs/estimate.md); no row of the
 -- source is read.  VOLATILE: options.analyze runs ANALYZE.  Idempotent.
 
+-- The spread columns (buckets_min .. sample_rows) were added after 0.2.0: a function's result
+-- columns cannot be replaced, so an installation whose sabre_estimate lacks them drops both
+-- forms first (the SQL form calls the array form).  A current one is replaced in place.
+DO $upgrade$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+               WHERE p.oid = pg_catalog.to_regprocedure('@schema@.sabre_estimate(regclass, text[], text, '
+                                                         'double precision[], integer, jsonb)')
+                 AND NOT 'sample_rows' = ANY (p.proargnames)) THEN
+        DROP FUNCTION IF EXISTS @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb);
+        DROP FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb);
+    END IF;
+END
+$upgrade$;
+
 CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     source            regclass,
     quasi_identifiers text[],
@@ -11,7 +26,9 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
                classes bigint, feasible boolean, hint text, source_of_stats text,
-               seconds double precision, hint_t double precision, knee boolean)
+               seconds double precision, hint_t double precision, knee boolean,
+               buckets_min integer, buckets_max integer, classes_min bigint, classes_max bigint,
+               stable boolean, sample_rows bigint)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import estimate
@@ -19,7 +36,8 @@ return estimate.estimate(plpy, source, quasi_identifiers, sensitive, t, k, optio
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb) IS
     'Predict sabre_anonymize''s buckets, U, classes and class size for each t from pg_stats and '
-    'reltuples, without reading the table; options.suggest: the curve over t and its knee';
+    'reltuples, without reading the table, with their range over resampled frequencies when '
+    'ANALYZE sampled the table; options.suggest: the curve over t and its knee';
 
 -- One t: the array form with one element.
 CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
@@ -31,7 +49,9 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
                classes bigint, feasible boolean, hint text, source_of_stats text,
-               seconds double precision, hint_t double precision, knee boolean)
+               seconds double precision, hint_t double precision, knee boolean,
+               buckets_min integer, buckets_max integer, classes_min bigint, classes_max bigint,
+               stable boolean, sample_rows bigint)
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT * FROM @schema@.sabre_estimate($1, $2, $3, ARRAY[$4]::pg_catalog.float8[], $5, $6)
 $fn$;

@@ -111,17 +111,18 @@ class BucketEMD:
             self._distance = self.pair_distance(idx[:, None], idx[None, :])
         return self._distance
 
-    def distribution_emd(self, distributions: np.ndarray) -> np.ndarray:
-        """EMD of distributions (rows over buckets) against the table's."""
+    def distribution_emd(self, distributions: np.ndarray, tables=None) -> np.ndarray:
+        """EMD of distributions (rows over buckets) against the table's (or, row by row,
+        against ``tables``: one bucket distribution per row, for :func:`ec_counts`)."""
         distributions = np.atleast_2d(np.asarray(distributions, dtype=np.float64))
+        table = self.table_distribution[None, :] if tables is None else tables
         if self.n_buckets == 1:
             return np.zeros(len(distributions))
         if self.tree is not None:
-            return np.atleast_1d(hierarchical_emd(distributions, self.table_distribution[None, :],
-                                                  self.tree))
+            return np.atleast_1d(hierarchical_emd(distributions, table, self.tree))
         if not self.bucketization.domain.numerical:
             return np.zeros(len(distributions))
-        return _residual_nw_cost(distributions, self.table_distribution, self.pair_distance)
+        return _residual_nw_cost(distributions, table, self.pair_distance)
 
     def __call__(self, counts: np.ndarray) -> np.ndarray:
         """EMD of count vectors (rows) against the table's bucket distribution."""
@@ -131,12 +132,13 @@ class BucketEMD:
 
 
 def _residual_nw_cost(x: np.ndarray, y: np.ndarray, pair_distance) -> np.ndarray:
-    """Cost of a feasible flow x -> y (rows of x, each against y): keep min(x, y) in place and
+    """Cost of a feasible flow x -> y (rows of x, each against y or its row of y): keep min(x, y) in place and
     move the residual supply to the residual demand in monotone (north-west corner) order.
     ``pair_distance(src, dst)``: the ground distance of bucket pairs."""
     n, n_buckets = x.shape
-    supply = np.cumsum(np.maximum(x - y[None, :], 0.0), axis=1)     # cumulative residuals
-    demand = np.cumsum(np.maximum(y[None, :] - x, 0.0), axis=1)
+    y = np.broadcast_to(y, x.shape)               # one table distribution, or one per row
+    supply = np.cumsum(np.maximum(x - y, 0.0), axis=1)     # cumulative residuals
+    demand = np.cumsum(np.maximum(y - x, 0.0), axis=1)
     moved = np.minimum(supply[:, -1], demand[:, -1])                # equal up to rounding
     pts = np.sort(np.concatenate((np.zeros((n, 1)), supply, demand), axis=1), axis=1)
     pts = np.minimum(pts, moved[:, None])
@@ -236,6 +238,130 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
         return leaves[key]
 
     return n_leaves(counts.tobytes())
+
+
+def ec_counts(roots, k: int = 1) -> list:
+    """:func:`ec_count` of many EC-size trees at once: ``roots`` are (bucket EMD, bucket
+    counts, U, t), each with its own bucketization and table.  The trees grow level by level
+    together: one dichotomize of every tree's distinct vectors per level, and one bound
+    evaluation per level (:class:`_RootBounds`).  A tree's nodes are kept as distinct vectors
+    with their multiplicity; a vector whose split is refused (the rule of ``ec_count``:
+    both halves keep >= k tuples and EMD(half) + U <= t - margin) adds its multiplicity to
+    its tree's leaves.  sabre_estimate evaluates its resampled plans with it."""
+    k = max(int(k), 1)
+    bounds = _RootBounds(roots)
+    vectors, root = bounds.counts, np.arange(len(roots))
+    many = np.ones(len(roots), dtype=np.int64)
+    leaves = np.zeros(len(roots), dtype=np.int64)
+    while len(vectors):
+        c1, c2 = dichotomize(vectors)
+        ok = (c1.sum(axis=1) >= k) & (c2.sum(axis=1) >= k)
+        tried = np.flatnonzero(ok)
+        if len(tried):
+            ok[tried] = _split_allowed(bounds, c1[tried], c2[tried], root[tried])
+        np.add.at(leaves, root[~ok], many[~ok])
+        kids = np.concatenate((c1[ok], c2[ok]))
+        if not len(kids):
+            break
+        root, vectors, many = _merge_rows(np.concatenate((root[ok], root[ok])), kids,
+                                          np.concatenate((many[ok], many[ok])))
+    return leaves.tolist()
+
+
+def _split_allowed(bounds, c1: np.ndarray, c2: np.ndarray, root: np.ndarray) -> np.ndarray:
+    """Theorem 4 for the halves c1, c2 of trees ``root``: EMD(half) + U <= t - margin for
+    both.  Both ground distances are at most 1, so the EMD is at most the total variation
+    distance (the mass that must move); a pair whose total variation passes with room to
+    spare (``TV_ROOM`` above rounding) passes, and only the others are given to the EMD."""
+    U, limit = bounds.U[root], bounds.limit[root]
+    tables = bounds.tables[root]
+    tv = [0.5 * np.abs(c / np.maximum(c.sum(axis=1, keepdims=True), 1) - tables).sum(axis=1) for c in (c1, c2)]
+    ok = (tv[0] + U <= limit - TV_ROOM) & (tv[1] + U <= limit - TV_ROOM)
+    exact = np.flatnonzero(~ok)
+    if len(exact):
+        e = bounds(np.concatenate((c1[exact], c2[exact])), np.concatenate((root[exact], root[exact])))
+        ok[exact] = (e[:len(exact)] + U[exact] <= limit[exact]) & (e[len(exact):] + U[exact] <= limit[exact])
+    return ok
+
+
+TV_ROOM = 1e-9         # far above the float64 rounding of a total variation or an EMD of <= 2B terms
+
+
+def _merge_rows(root: np.ndarray, vectors: np.ndarray, many: np.ndarray) -> tuple:
+    """The distinct (tree, vector) rows and their summed multiplicities.  As in
+    :func:`_unique_rows`, the vectors of one tree's level take at most two adjacent values per
+    component, so a row is its tree and a bitmask over the components (a 1-D unique);
+    otherwise a lexicographic unique."""
+    order = np.argsort(root, kind="stable")
+    root, vectors, many = root[order], vectors[order], many[order]
+    starts = np.flatnonzero(np.r_[True, root[1:] != root[:-1]])
+    offsets = vectors - np.repeat(np.minimum.reduceat(vectors, starts, axis=0), np.diff(np.r_[starts, len(root)]), axis=0)
+    width = vectors.shape[1]
+    if width + int(root.max()).bit_length() <= 62 and offsets.max(initial=0) <= 1:
+        key = (root << width) + offsets @ (np.int64(1) << np.arange(width, dtype=np.int64))
+        _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, where = np.unique(np.column_stack((root, vectors)), axis=0, return_index=True, return_inverse=True)
+    total = np.zeros(len(first), dtype=np.int64)
+    np.add.at(total, np.asarray(where).reshape(-1), many)
+    return root[first], vectors[first], total
+
+
+class _RootBounds:
+    """The Theorem-4 bound of :func:`ec_counts`' trees: EMD of count vectors (rows, padded
+    with zero buckets to the widest tree) against their own tree's table distribution.
+    Numerical trees are evaluated together, row by row with their own bucket ranges (one
+    flow computation per call); categorical trees one call per bucketization."""
+
+    def __init__(self, roots):
+        width = max(len(counts) for _, counts, _, _ in roots)
+        self.counts = np.zeros((len(roots), width), dtype=np.int64)
+        self.tables = np.zeros((len(roots), width))
+        self.lo, self.hi, self.span = np.zeros((len(roots), width)), np.zeros((len(roots), width)), np.ones(len(roots))
+        self.U = np.array([U for _, _, U, _ in roots], dtype=np.float64)
+        self.limit = np.array([check_t(t) - margin(emd) for emd, _, _, t in roots])
+        self.emds = [emd for emd, _, _, _ in roots]
+        self.numerical = np.array([emd.bucketization.domain.numerical and emd.n_buckets > 1 for emd in self.emds])
+        self.width = np.array([emd.n_buckets for emd in self.emds])
+        for i, (emd, counts, _, _) in enumerate(roots):
+            b = len(counts)
+            self.counts[i, :b] = counts
+            self.tables[i, :b] = emd.table_distribution
+            if self.numerical[i]:
+                self.lo[i, :b], self.hi[i, :b], self.span[i] = emd.lo, emd.hi, emd.span
+
+    def __call__(self, vectors: np.ndarray, root: np.ndarray) -> np.ndarray:
+        """EMD(vector, its tree's table) of each row; ``root`` gives each row's tree."""
+        x = vectors / np.maximum(vectors.sum(axis=1, keepdims=True), 1)
+        out = np.zeros(len(vectors))
+        rows = np.flatnonzero(self.numerical[root])
+        if len(rows):
+            r = root[rows]
+            lo, hi, span = self.lo[r], self.hi[r], self.span[r][:, None]
+
+            def pair_distance(i, j):
+                line = np.arange(len(rows))[:, None]
+                d = (np.maximum(hi[line, i], hi[line, j]) - np.minimum(lo[line, i], lo[line, j])) / span
+                return np.where(i == j, 0.0, d)
+
+            out[rows] = _residual_nw_cost(x[rows], self.tables[r], pair_distance)
+        other = np.flatnonzero(~self.numerical[root])
+        groups: dict = {}
+        for i in other.tolist():
+            groups.setdefault(_key(self.emds[root[i]]), []).append(i)
+        for rows in groups.values():
+            rows = np.asarray(rows)
+            emd, b = self.emds[root[rows[0]]], self.width[root[rows[0]]]
+            out[rows] = emd.distribution_emd(x[rows, :b], self.tables[root[rows], :b])
+        return out
+
+
+def _key(bucket_emd) -> tuple:
+    """Categorical bucket EMDs with equal keys have equal ground distances: the same
+    hierarchy and bucket ranges (buckets are disjoint hierarchy nodes, so the LCA of two of
+    them does not depend on the leaf that represents each)."""
+    bz = bucket_emd.bucketization
+    return id(bz.domain.hierarchy), tuple((b.lo, b.hi) for b in bz.buckets)
 
 
 SPECULATE = 256        # vectors whose halves ec_count sends to one bound call

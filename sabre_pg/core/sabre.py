@@ -19,7 +19,7 @@ from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
 from .mondrian import mondrian
 from .parameters import check_k, check_lookahead, check_t
-from .redistribute import BucketEMD, ECPlan, ec_count, ec_size, max_classes
+from .redistribute import BucketEMD, ECPlan, ec_count, ec_counts, ec_size, max_classes
 from .refine import refine
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
@@ -312,6 +312,37 @@ def plan_classes(counts, domain: SADomain, ts, k: int = 1, lookahead: int = 4) -
     """:class:`PlanCount` of every t in ``ts``: plan_from_counts's choice and class count."""
     counter = PlanCounter(counts, domain, k, lookahead)
     return [counter.at(t) for t in ts]
+
+
+def plan_counts(tables, ts, k: int = 1, lookahead: int = 4) -> list:
+    """:class:`PlanCount` at every t of ``ts`` for each of many tables (``tables``: (SA
+    counts, SADomain) pairs): what ``PlanCounter(counts, domain, k, lookahead).at(t)`` gives.
+    The look-ahead candidates are counted in rounds, one ``ec_counts`` call per round for all
+    tables and t (their trees grow together); as in PlanCounter, a candidate is counted only
+    if it could replace the current choice (``max_classes`` >= LOOKAHEAD_GAIN x its classes).
+    sabre_estimate evaluates its resampled frequencies with it.  Returns one list per table."""
+    lookahead = check_lookahead(lookahead)
+    ts = [check_t(t) for t in ts]
+    jobs = []                                     # [t, candidates, counts, cap, best, best classes]
+    for counts, domain in tables:
+        counts = np.asarray(counts, dtype=np.int64)
+        n = int(counts.sum())
+        cap = max_classes(n, check_k(k, n))
+        for t in ts:
+            candidates = bucketize(counts / n, t, domain, lookahead=lookahead) if lookahead \
+                else [bucketize(counts / n, t, domain)]
+            jobs.append([t, candidates, counts, cap, None, None])
+    for i in range(lookahead + 1):
+        due = [job for job in jobs if i < len(job[1]) and (job[4] is None or job[3] >= LOOKAHEAD_GAIN * job[5])]
+        roots = []
+        for t, candidates, counts, _, _, _ in due:
+            bucket_counts = candidates[i].counts(counts)
+            roots.append((BucketEMD(candidates[i], bucket_counts), bucket_counts, candidates[i].U, t))
+        for job, found in zip(due, ec_counts(roots, k) if roots else []):
+            if job[4] is None or found >= LOOKAHEAD_GAIN * job[5]:
+                job[4], job[5] = job[1][i], found
+    chosen = [PlanCount(job[0], job[4], job[5]) for job in jobs]
+    return [chosen[i:i + len(ts)] for i in range(0, len(chosen), len(ts))]
 
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",

@@ -7,8 +7,8 @@ import pytest
 
 from sabre_pg.core.buckets import bucketize
 from sabre_pg.core.emd import SADomain
-from sabre_pg.core.redistribute import BucketEMD, ec_count, ec_size, max_classes
-from sabre_pg.core.sabre import PlanCounter, plan_classes, plan_from_counts
+from sabre_pg.core.redistribute import BucketEMD, ec_count, ec_counts, ec_size, max_classes
+from sabre_pg.core.sabre import PlanCounter, plan_classes, plan_counts, plan_from_counts
 from sabre_pg.synthetic import tree_hierarchy
 
 TS = [0.05, 0.1, 0.15, 0.2, 0.25, 0.35, 0.45, 0.6]
@@ -83,3 +83,32 @@ def test_max_classes_is_the_tree_only_k_limits(n, k):
     plan = ec_size(counts, BucketEMD(bz, counts), bz.U, 1.0, k)
     assert max_classes(n, k) == plan.n_classes
     assert plan.sizes.min() >= k
+
+
+@pytest.mark.parametrize("lookahead", [0, 4])
+def test_plan_counts_of_many_tables_equal_their_plan_counters(lookahead):
+    """plan_counts (the batched trees of sabre_estimate's resamples) plans every table, numerical
+    and categorical, of several sizes and k, as PlanCounter plans each alone."""
+    for k in (1, 6):
+        tables = [(counts, domain) for _, counts, domain, _ in CASES]
+        tables.append((np.array([4_000_000, 2_500_000, 1_000_003, 2_499_997]), SADomain("numerical", m=4)))
+        found = plan_counts(tables, TS, k, lookahead)
+        for (counts, domain), plans in zip(tables, found):
+            counter = PlanCounter(counts, domain, k, lookahead)
+            for t, fast in zip(TS, plans):
+                slow = counter.at(t)
+                assert [(b.lo, b.hi) for b in fast.buckets.buckets] == [(b.lo, b.hi) for b in slow.buckets.buckets]
+                assert (fast.t, fast.buckets.U, fast.classes) == (t, slow.buckets.U, slow.classes)
+
+
+def test_ec_counts_of_mixed_trees_equal_ec_count():
+    """Trees of different bucketizations, widths, tables and t grown together count as alone."""
+    roots, alone = [], []
+    for _, counts, domain, k in CASES:
+        for t in (0.1, 0.3):
+            for bz in bucketize(counts / counts.sum(), t, domain, lookahead=2):
+                bc = bz.counts(counts)
+                roots.append((BucketEMD(bz, bc), bc, bz.U, t))
+                alone.append(ec_count(bc, roots[-1][0], bz.U, t, 3))
+    assert ec_counts(roots, 3) == alone
+    assert len(set(alone)) > 5                  # the trees differ
