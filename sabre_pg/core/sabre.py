@@ -328,9 +328,7 @@ def plan_counts(tables, ts, k: int = 1, lookahead: int = 4) -> list:
         counts = np.asarray(counts, dtype=np.int64)
         n = int(counts.sum())
         cap = max_classes(n, check_k(k, n))
-        for t in ts:
-            candidates = bucketize(counts / n, t, domain, lookahead=lookahead) if lookahead \
-                else [bucketize(counts / n, t, domain)]
+        for t, candidates in zip(ts, bucketizations(counts / n, ts, domain, lookahead)):
             jobs.append([t, candidates, counts, cap, None, None])
     for i in range(lookahead + 1):
         due = [job for job in jobs if i < len(job[1]) and (job[4] is None or job[3] >= LOOKAHEAD_GAIN * job[5])]
@@ -343,6 +341,22 @@ def plan_counts(tables, ts, k: int = 1, lookahead: int = 4) -> list:
                 job[4], job[5] = job[1][i], found
     chosen = [PlanCount(job[0], job[4], job[5]) for job in jobs]
     return [chosen[i:i + len(ts)] for i in range(0, len(chosen), len(ts))]
+
+
+def bucketizations(q, ts, domain: SADomain, lookahead: int) -> list:
+    """The candidates ``bucketize(q, t, domain, lookahead)`` gives (as a list) for every t of
+    ``ts``, from one greedy run.  The greedy splits do not depend on t -- t only says where
+    the candidates start (the first state with U < t) -- so the states with U below the
+    largest t hold every t's candidates; the run is extended (doubled) until they reach the
+    smallest t's last candidate or the domain is split into single values.  A state's U is
+    summed afresh (``math.fsum``) in both, so the candidates are the same objects' equals."""
+    extra = 8
+    while True:
+        run = bucketize(q, max(ts), domain, lookahead=lookahead + extra)
+        starts = [next((i for i, bz in enumerate(run) if bz.U < t), len(run)) for t in ts]
+        if len(run) < lookahead + extra + 1 or max(starts) + lookahead < len(run):
+            return [run[i:i + lookahead + 1] for i in starts]
+        extra *= 2
 
 
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
