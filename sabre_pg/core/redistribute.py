@@ -244,28 +244,28 @@ def ec_counts(roots, k: int = 1) -> list:
     """:func:`ec_count` of many EC-size trees at once: ``roots`` are (bucket EMD, bucket
     counts, U, t), each with its own bucketization and table.  The trees grow level by level
     together: one dichotomize of every tree's distinct vectors per level, and one bound
-    evaluation per level (:class:`_RootBounds`).  A tree's nodes are kept as distinct vectors
-    with their multiplicity; a vector whose split is refused (the rule of ``ec_count``:
-    both halves keep >= k tuples and EMD(half) + U <= t - margin) adds its multiplicity to
-    its tree's leaves.  sabre_estimate evaluates its resampled plans with it."""
+    evaluation per level (:func:`_split_allowed`).  A tree's nodes are kept as distinct
+    vectors with their multiplicity; a vector whose split is refused (the rule of
+    ``ec_count``: both halves keep >= k tuples and EMD(half) + U <= t - margin) adds its
+    multiplicity to its tree's leaves.  sabre_estimate evaluates its resampled plans with it."""
     k = max(int(k), 1)
     bounds = _RootBounds(roots)
-    vectors, root = bounds.counts, np.arange(len(roots))
-    many = np.ones(len(roots), dtype=np.int64)
-    leaves = np.zeros(len(roots), dtype=np.int64)
+    vectors, root, base = bounds.counts, np.arange(len(roots)), bounds.counts
+    many = np.ones(len(roots))                    # float64: exact below 2^53 nodes
+    leaves = np.zeros(len(roots))
     while len(vectors):
         c1, c2 = dichotomize(vectors)
         ok = (c1.sum(axis=1) >= k) & (c2.sum(axis=1) >= k)
         tried = np.flatnonzero(ok)
         if len(tried):
             ok[tried] = _split_allowed(bounds, c1[tried], c2[tried], root[tried])
-        np.add.at(leaves, root[~ok], many[~ok])
-        kids = np.concatenate((c1[ok], c2[ok]))
-        if not len(kids):
+        leaves += np.bincount(root[~ok], weights=many[~ok], minlength=len(roots))
+        if not ok.any():
             break
-        root, vectors, many = _merge_rows(np.concatenate((root[ok], root[ok])), kids,
-                                          np.concatenate((many[ok], many[ok])))
-    return leaves.tolist()
+        base = base >> 1
+        root, vectors, many = _merge_rows(np.concatenate((root[ok], root[ok])), np.concatenate((c1[ok], c2[ok])),
+                                          np.concatenate((many[ok], many[ok])), base)
+    return [int(x) for x in leaves]
 
 
 def _split_allowed(bounds, c1: np.ndarray, c2: np.ndarray, root: np.ndarray) -> np.ndarray:
@@ -275,8 +275,9 @@ def _split_allowed(bounds, c1: np.ndarray, c2: np.ndarray, root: np.ndarray) -> 
     spare (``TV_ROOM`` above rounding) passes, and only the others are given to the EMD."""
     U, limit = bounds.U[root], bounds.limit[root]
     tables = bounds.tables[root]
-    tv = [0.5 * np.abs(c / np.maximum(c.sum(axis=1, keepdims=True), 1) - tables).sum(axis=1) for c in (c1, c2)]
-    ok = (tv[0] + U <= limit - TV_ROOM) & (tv[1] + U <= limit - TV_ROOM)
+    both = np.stack((c1, c2))
+    tv = 0.5 * np.abs(both / np.maximum(both.sum(axis=2, keepdims=True), 1) - tables).sum(axis=2)
+    ok = (tv.max(axis=0) + U <= limit - TV_ROOM)
     exact = np.flatnonzero(~ok)
     if len(exact):
         e = bounds(np.concatenate((c1[exact], c2[exact])), np.concatenate((root[exact], root[exact])))
@@ -287,23 +288,20 @@ def _split_allowed(bounds, c1: np.ndarray, c2: np.ndarray, root: np.ndarray) -> 
 TV_ROOM = 1e-9         # far above the float64 rounding of a total variation or an EMD of <= 2B terms
 
 
-def _merge_rows(root: np.ndarray, vectors: np.ndarray, many: np.ndarray) -> tuple:
-    """The distinct (tree, vector) rows and their summed multiplicities.  As in
-    :func:`_unique_rows`, the vectors of one tree's level take at most two adjacent values per
-    component, so a row is its tree and a bitmask over the components (a 1-D unique);
-    otherwise a lexicographic unique."""
-    order = np.argsort(root, kind="stable")
-    root, vectors, many = root[order], vectors[order], many[order]
-    starts = np.flatnonzero(np.r_[True, root[1:] != root[:-1]])
-    offsets = vectors - np.repeat(np.minimum.reduceat(vectors, starts, axis=0), np.diff(np.r_[starts, len(root)]), axis=0)
+def _merge_rows(root: np.ndarray, vectors: np.ndarray, many: np.ndarray, base: np.ndarray) -> tuple:
+    """The distinct (tree, vector) rows and their summed multiplicities.  Halving keeps a
+    tree's level within two adjacent values per component: if every vector's component is
+    a or a + 1, every half's is floor(a/2) or floor(a/2) + 1.  So with ``base`` (per tree,
+    the root's counts halved once per level, rounding down) a row is its tree and a bitmask
+    over the components (a 1-D unique); a lexicographic unique is the fallback."""
+    offsets = vectors - base[root]
     width = vectors.shape[1]
-    if width + int(root.max()).bit_length() <= 62 and offsets.max(initial=0) <= 1:
+    if width + int(root.max()).bit_length() <= 62 and offsets.min() >= 0 and offsets.max() <= 1:
         key = (root << width) + offsets @ (np.int64(1) << np.arange(width, dtype=np.int64))
         _, first, where = np.unique(key, return_index=True, return_inverse=True)
     else:
         _, first, where = np.unique(np.column_stack((root, vectors)), axis=0, return_index=True, return_inverse=True)
-    total = np.zeros(len(first), dtype=np.int64)
-    np.add.at(total, np.asarray(where).reshape(-1), many)
+    total = np.bincount(np.asarray(where).reshape(-1), weights=many, minlength=len(first))
     return root[first], vectors[first], total
 
 
