@@ -141,3 +141,29 @@ def test_missing_statistics_is_55000_with_the_analyze_hint():
         est.read_statistics(plpy, src, [sa], False)
     assert e.value.sqlstate == "55000" and "ANALYZE public.t" in e.value.hint and "options.analyze" in e.value.hint
     assert all("pg_catalog." in sql for sql, _ in plpy.executed)
+
+
+def test_resampled_statistics_only_when_sampled_and_reproducible():
+    base = dict(null_frac=0.1, n_distinct=3.0, mcv_values=(1.0, 2.0, 3.0), mcv_freqs=(0.5, 0.3, 0.1))
+    whole = est.ColumnStatistics(20000.0, target=100, **base)             # 30,000 >= 20,000 rows
+    assert whole.sample_rows() == 20000 and not whole.sampled() and est.resampled_statistics(whole) == []
+    sampled = est.ColumnStatistics(1e6, target=100, **base)
+    assert sampled.sample_rows() == 30000 and sampled.sampled()
+    drawn = est.resampled_statistics(sampled)
+    assert len(drawn) == est.RESAMPLES and drawn == est.resampled_statistics(sampled)     # fixed seed
+    freqs = np.array([d.mcv_freqs for d in drawn])
+    assert all(d.mcv_values == base["mcv_values"] and d.null_frac == 0.1 for d in drawn)
+    assert np.allclose(freqs.sum(axis=1), 0.9) and len({tuple(f) for f in freqs}) == est.RESAMPLES
+    # a larger sample of the same table (and the finite-population factor) scatters less
+    closer = np.array([d.mcv_freqs for d in est.resampled_statistics(est.ColumnStatistics(1e6, target=3000, **base))])
+    assert np.abs(closer - base["mcv_freqs"]).max() < np.abs(freqs - base["mcv_freqs"]).max()
+
+
+def test_spread_is_the_range_over_point_and_resamples():
+    from types import SimpleNamespace as NS
+    plan = lambda b, c: NS(buckets=NS(n_buckets=b), classes=c)      # noqa: E731
+    s = est.Spread.of(plan(5, 1000), [plan(5, 950), plan(6, 1040)])
+    assert (s.buckets, s.classes, s.stable) == ((5, 6), (950, 1040), False)
+    assert est.Spread.of(plan(5, 1000), [plan(5, 901), plan(5, 1100)]).stable is True
+    assert est.Spread.of(plan(5, 1000), [plan(5, 899)]).stable is False          # > 10% off
+    assert est.Spread.of(plan(3, 7), []) == est.Spread((3, 3), (7, 7), True)
