@@ -8,7 +8,9 @@ For each dataset:
 2. ``--samples`` times (default 10): ``ANALYZE`` (default statistics target; each draws a new
    sample of 300 x target rows) and ``sabre_estimate`` at those t.  Per t: how many samples
    give the run's bucket count exactly, and the median and largest relative error of the
-   classes (target: within 10%).  ``--statistics-target N`` sets the SA column's target
+   classes (target: within 10%); how often the run's buckets and classes lie within the
+   estimate's [min, max] over its resampled frequencies, and how often it says unstable.
+   ``--statistics-target N`` sets the SA column's target
    meanwhile (restored afterwards) to show what a larger sample buys;
 3. in a fresh connection, after one ``sabre_selftest()`` (the session's cold start, reported
    apart), ``sabre_estimate`` for t = 0.15, 0.25, 0.35, 0.45 and k = 6 is called
@@ -72,7 +74,8 @@ def adult_table(dsn: str, directory: Path, schema: str) -> tuple[str, dict]:
 def call_estimate(conn, schema, table, qis, sa, t, options, k=K) -> tuple[list, float]:
     started = time.perf_counter()
     rows = conn.execute(
-        sql.SQL("SELECT t, buckets, classes, ec_size, seconds FROM {}.sabre_estimate(source => %s::regclass, "
+        sql.SQL("SELECT t, buckets, classes, ec_size, seconds, buckets_min, buckets_max, classes_min, classes_max, "
+                "stable, sample_rows FROM {}.sabre_estimate(source => %s::regclass, "
                 "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
         .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, k, json.dumps(options))).fetchall()
     return rows, time.perf_counter() - started
@@ -143,16 +146,25 @@ def compare(name, n, estimated, samples, actual) -> list:
           f"(the paper's bucketization rule) {1000 * min(estimated['paper']):.1f} ms")
     results = []
     for i, (t, real_buckets, real_classes) in enumerate(actual):
-        buckets = [rows[i][1] for rows in samples]
-        errors = [abs(rows[i][2] - real_classes) / real_classes for rows in samples]
+        rows = [r[i] for r in samples]
+        buckets = [r[1] for r in rows]
+        errors = [abs(r[2] - real_classes) / real_classes for r in rows]
         exact = sum(b == real_buckets for b in buckets)
         within = sum(e <= CLASSES_TARGET for e in errors)
+        buckets_in = sum(r[5] <= real_buckets <= r[6] for r in rows)
+        classes_in = sum(r[7] <= real_classes <= r[8] for r in rows)
+        unstable = sum(r[9] is False for r in rows)
+        width = [(r[8] - r[7]) / r[2] for r in rows]
         results.append({"t": t, "actual_buckets": real_buckets, "actual_classes": real_classes,
-                        "buckets": buckets, "classes": [rows[i][2] for rows in samples], "classes_error": errors})
+                        "buckets": buckets, "classes": [r[2] for r in rows], "classes_error": errors,
+                        "buckets_range": [[r[5], r[6]] for r in rows], "classes_range": [[r[7], r[8]] for r in rows],
+                        "stable": [r[9] for r in rows], "sample_rows": [r[10] for r in rows]})
         print(f"   t {t:.2f}: run {real_buckets} buckets, {real_classes:,} classes; over {len(samples)} ANALYZE "
               f"samples: buckets exact {exact}/{len(samples)} (predicted {sorted(set(buckets))}), classes error "
               f"median {100 * statistics.median(errors):.1f}% max {100 * max(errors):.1f}%, within 10% "
-              f"{within}/{len(samples)}")
+              f"{within}/{len(samples)}; run within [min, max]: buckets {buckets_in}/{len(samples)}, classes "
+              f"{classes_in}/{len(samples)}; unstable {unstable}/{len(samples)}; classes range width median "
+              f"{100 * statistics.median(width):.1f}% of the point")
     return results
 
 
