@@ -242,7 +242,9 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
 
 def ec_counts(roots, k: int = 1) -> list:
     """:func:`ec_count` of many EC-size trees at once: ``roots`` are (bucket EMD, bucket
-    counts, U, t), each with its own bucketization and table.  The trees grow level by level
+    counts, U, t), each with its own bucketization and table (the bucket EMD gives the
+    ground distance, and may be shared by trees of the same bucketization: each tree's
+    table distribution is its own bucket counts').  The trees grow level by level
     together: one dichotomize of every tree's distinct vectors per level, and one bound
     evaluation per level (:func:`_split_allowed`).  A tree's nodes are kept as distinct
     vectors with their multiplicity; a vector whose split is refused (the rule of
@@ -324,7 +326,7 @@ class _RootBounds:
         for i, (emd, counts, _, _) in enumerate(roots):
             b = len(counts)
             self.counts[i, :b] = counts
-            self.tables[i, :b] = emd.table_distribution
+            self.tables[i, :b] = np.asarray(counts, dtype=np.float64) / np.sum(counts)
             if self.numerical[i]:
                 self.lo[i, :b], self.hi[i, :b], self.span[i] = emd.lo, emd.hi, emd.span
 

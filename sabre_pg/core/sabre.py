@@ -330,12 +330,16 @@ def plan_counts(tables, ts, k: int = 1, lookahead: int = 4) -> list:
         cap = max_classes(n, check_k(k, n))
         for t, candidates in zip(ts, bucketizations(counts / n, ts, domain, lookahead)):
             jobs.append([t, candidates, counts, cap, None, None])
+    ground: dict = {}                             # one bucket EMD per bucketization and domain
     for i in range(lookahead + 1):
         due = [job for job in jobs if i < len(job[1]) and (job[4] is None or job[3] >= LOOKAHEAD_GAIN * job[5])]
         roots = []
         for t, candidates, counts, _, _, _ in due:
-            bucket_counts = candidates[i].counts(counts)
-            roots.append((BucketEMD(candidates[i], bucket_counts), bucket_counts, candidates[i].U, t))
+            bz, bucket_counts = candidates[i], candidates[i].counts(counts)
+            key = (bz.domain.kind, bz.domain.m, id(bz.domain.hierarchy), tuple((b.lo, b.hi) for b in bz.buckets))
+            if key not in ground:
+                ground[key] = BucketEMD(bz, bucket_counts)
+            roots.append((ground[key], bucket_counts, bz.U, t))
         for job, found in zip(due, ec_counts(roots, k) if roots else []):
             if job[4] is None or found >= LOOKAHEAD_GAIN * job[5]:
                 job[4], job[5] = job[1][i], found
