@@ -277,7 +277,7 @@ def _split_allowed(bounds, c1: np.ndarray, c2: np.ndarray, root: np.ndarray) -> 
     spare (``TV_ROOM`` above rounding) passes, and only the others are given to the EMD."""
     U, limit = bounds.U[root], bounds.limit[root]
     tables = bounds.tables[root]
-    both = np.stack((c1, c2))
+    both = np.concatenate((c1[None], c2[None]))
     tv = 0.5 * np.abs(both / np.maximum(both.sum(axis=2, keepdims=True), 1) - tables).sum(axis=2)
     ok = (tv.max(axis=0) + U <= limit - TV_ROOM)
     exact = np.flatnonzero(~ok)
