@@ -1,9 +1,10 @@
 """Partitioned runs (docs/scale-out.md): bounded memory per backend, parts in parallel.
 
 1. **split** (:func:`split`): a top-down t-Mondrian split of the source computed from
-   aggregates only -- per cut, one ``min``/``max`` per numerical QI, one
-   ``percentile_disc(0.5)`` on the widest (normalized) QI and one ``GROUP BY side, sa``. A
-   cut is kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts
+   aggregates only, round by round: each round cuts every open part from two scans of the
+   source -- per-part histograms of the numerical QIs (``width_bucket``, with exact minima and
+   maxima), then one ``GROUP BY part, sa`` with the rows below each QI's cut near the median.
+   A cut is kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts
    are predicates over the QIs (no Python runs per row);
 2. **budgets**: part P is anonymized with SABRE on its own rows and distribution with
    ``t_P = (t - EMD(P, table)) * scale_P``; by the triangle inequality (the paper's argument
@@ -37,6 +38,7 @@ from . import publish, request, scan
 from . import transfer as T
 
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
+HIST_BUCKETS = 1024      # equal-width buckets per leaf and QI in a round of the split
 MAX_PARTS = 4096
 PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}; each part is read '
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
@@ -58,6 +60,7 @@ class _Leaf:
     rows: int
     counts: np.ndarray       # SA counts per table code
     final: bool = False
+    bounds: list = field(default_factory=list)   # (lo, hi) per numerical QI, enclosing the leaf
     emd: float = 0.0
     children: list = field(default_factory=list)
 
@@ -78,31 +81,33 @@ def partitions_option(req) -> int | None:
 
 
 def split(plpy, req, summary, n: int) -> list:
-    """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget)."""
+    """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget), cut round by
+    round: each round cuts every open part at once (the largest first, up to ``n`` parts) from
+    two scans of the source (:func:`_cut_round`), so the split costs O(rows * log n)."""
     nums = [a for a in req.qis if a.numerical]
     if not nums:
         raise E.invalid_parameter("a partitioned run needs a numerical quasi-identifier to cut on",
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
-    spans = _spans(plpy, req, nums, root)
+    root.bounds = _spans(plpy, req, nums, root)
+    spans = [(hi - lo) or 1.0 for lo, hi in root.bounds]
     leaves = [root]
     while len(leaves) < n:
-        open_ = [leaf for leaf in leaves if not leaf.final]
+        open_ = sorted((leaf for leaf in leaves if not leaf.final), key=lambda x: -x.rows)[:n - len(leaves)]
         if not open_:
             break
-        leaf = max(open_, key=lambda x: x.rows)
-        sides = _cut(plpy, req, summary, nums, spans, leaf)
-        if sides is None:
-            leaf.final = True
-            continue
-        i = leaves.index(leaf)
-        leaves[i:i + 1] = sides
+        for leaf, sides in zip(open_, _cut_round(plpy, req, summary, nums, spans, open_)):
+            if sides is None:
+                leaf.final = True
+                continue
+            i = leaves.index(leaf)
+            leaves[i:i + 1] = sides
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
                  _budget(req.t, leaf.emd, summary, leaf.counts)) for leaf in leaves]
 
 
 def _spans(plpy, req, nums, root) -> list:
-    """The table's span of each numerical QI (and the NULL error of options.nulls = 'error')."""
+    """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error')."""
     exprs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
     r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
         ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
@@ -113,38 +118,87 @@ def _spans(plpy, req, nums, root) -> list:
             req.source["qname"]))[0])
     if r["n"] != root.rows:
         raise _changed()
-    return [(r["hi%d" % i] - r["lo%d" % i]) or 1.0 for i in range(len(nums))]
+    return [(r["lo%d" % i], r["hi%d" % i]) for i in range(len(nums))]
 
 
-def _cut(plpy, req, summary, nums, spans, leaf):
-    """The leaf's median cut on its widest normalized QI (then the next widest) whose two
-    sides have >= k rows and an exact EMD to the table <= t * PART_SHARE; None if none."""
-    where, src = leaf.where(req), req.source["qname"]
-    exprs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
-    r = plpy.execute("SELECT %s FROM %s AS s%s" % (", ".join(
-        "pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d" % (e, i, e, i) for i, e in enumerate(exprs)),
-        src, where))[0]
-    widths = [((r["hi%d" % i] - r["lo%d" % i]) / spans[i], i) for i in range(len(nums))]
-    for width, i in sorted(widths, reverse=True):
-        if not width > 0:
-            break
-        a = nums[i]
-        col = "s." + C.ident(a.name)
-        m = plpy.execute("SELECT x.m::pg_catalog.text AS m, x.m = x.lo AS at_min FROM (SELECT "
-                         "pg_catalog.percentile_disc(0.5) WITHIN GROUP (ORDER BY %s) AS m, pg_catalog.min(%s) AS lo "
-                         "FROM %s AS s%s) AS x" % (col, col, src, where))[0]
-        literal = "%s::%s" % (plpy.quote_literal(m["m"]), a.col["type"])
-        # (no side is empty: the median is below the maximum, and with "<" above the minimum)
-        cond = "%s %s %s" % (C.ident(a.name), "<=" if m["at_min"] else "<", literal)
-        counts = _side_counts(plpy, req, summary, cond, where)
-        rows = counts.sum(axis=1)
-        if rows.min() < max(req.k, 1):
-            continue
-        emds = _emds_to_table(summary, counts)
-        if emds.max() <= req.t * PART_SHARE:
-            return [_Leaf(leaf.conds + [c], int(n), cs, emd=float(e))
-                    for c, n, cs, e in zip((cond, "NOT (%s)" % cond), rows, counts, emds)]
-    return None
+def _leaves_sql(plpy, req, nums, leaves, extra: str) -> str:
+    """``SELECT leaf, v0, v1, ... <extra>`` over the source: each row's index among ``leaves``
+    (NULL outside them) and its numerical QIs as float8, the QIs' order of ``nums``."""
+    case = "CASE %s END" % " ".join("WHEN %s THEN %d" % (" AND ".join(leaf.conds) or "true", j)
+                                     for j, leaf in enumerate(leaves))
+    cols = "".join(", %s AS v%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i) for i, a in enumerate(nums))
+    return "SELECT %s AS leaf%s%s FROM %s AS s%s" % (case, cols, extra, req.source["qname"], req.row_filter())
+
+
+def _histograms(plpy, req, nums, leaves) -> dict:
+    """{(leaf, qi): (buckets' rows, mins, maxes)}, buckets in order: HIST_BUCKETS equal-width
+    buckets of each leaf's bounds per QI (width_bucket is monotone, so a bucket's minimum cuts
+    the QI exactly between the buckets below and the rest); one scan for all leaves."""
+    lo = [[leaf.bounds[i][0] for i in range(len(nums))] for leaf in leaves]
+    hi = [[leaf.bounds[i][1] if leaf.bounds[i][1] > leaf.bounds[i][0] else None for i in range(len(nums))]
+          for leaf in leaves]
+    rows = plpy.execute(plpy.prepare(
+        "SELECT x.leaf, q.i, q.b, pg_catalog.count(*) AS n, pg_catalog.min(q.v) AS lo, pg_catalog.max(q.v) AS hi "
+        "FROM (%s) AS x CROSS JOIN LATERAL (SELECT w.i, w.v, pg_catalog.width_bucket(w.v, "
+        "($1::pg_catalog.float8[])[x.leaf OPERATOR(pg_catalog.+) 1][w.i OPERATOR(pg_catalog.+) 1], "
+        "($2::pg_catalog.float8[])[x.leaf OPERATOR(pg_catalog.+) 1][w.i OPERATOR(pg_catalog.+) 1], %d) AS b "
+        "FROM (VALUES %s) AS w(i, v)) AS q WHERE x.leaf IS NOT NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3" % (
+            _leaves_sql(plpy, req, nums, leaves, ""), HIST_BUCKETS,
+            ", ".join("(%d, x.v%d)" % (i, i) for i in range(len(nums)))), ["float8[]", "float8[]"]), [lo, hi])
+    out = {}
+    for r in rows:
+        out.setdefault((r["leaf"], r["i"]), []).append((r["b"], r["n"], r["lo"], r["hi"]))
+    return {key: (np.array([x[1] for x in v]), [x[2] for x in v], [x[3] for x in v], [x[0] for x in v])
+            for key, v in out.items()}
+
+
+def _candidate(hist):
+    """(the cut value: the minimum of the bucket nearest the median, rows below it) or None."""
+    n, mins, _, buckets = hist
+    if len(n) < 2 or None in buckets:
+        return None
+    below = np.cumsum(n)[:-1]                     # rows below bucket p + 1
+    p = int(np.argmin(np.abs(below - n.sum() / 2.0)))
+    return mins[p + 1]
+
+
+def _cut_round(plpy, req, summary, nums, spans, leaves) -> list:
+    """For each leaf, its cut (two new leaves) or None: the widest normalized QI (then the next
+    widest) whose cut near the median leaves both sides >= k rows and an exact EMD to the table
+    <= t * PART_SHARE.  Scan 1: per-leaf histograms (:func:`_histograms`); scan 2: SA counts
+    per leaf, and below each QI's candidate cut, as exact counts (:func:`_side_counts`)."""
+    hist = _histograms(plpy, req, nums, leaves)
+    cands = [[_candidate(hist[(j, i)]) if (j, i) in hist else None for i in range(len(nums))]
+             for j in range(len(leaves))]
+    total, below = _side_counts(plpy, req, summary, nums, leaves, cands)
+    out = []
+    for j, leaf in enumerate(leaves):
+        if total[j].sum() != leaf.rows:
+            raise _changed()
+        exact = [(min(hist[(j, i)][1]), max(hist[(j, i)][2])) for i in range(len(nums))]
+        out.append(None)
+        for width, i in sorted((((b[1] - b[0]) / spans[i], i) for i, b in enumerate(exact)), reverse=True):
+            if not width > 0 or cands[j][i] is None:
+                continue
+            counts = np.vstack([below[j, i], total[j] - below[j, i]])
+            rows = counts.sum(axis=1)
+            if rows.min() < max(req.k, 1):
+                continue
+            emds = _emds_to_table(summary, counts)
+            if emds.max() <= req.t * PART_SHARE:
+                cut = float(cands[j][i])
+                cond = "%s < %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col), _float_literal(cut))
+                sides = [_Leaf(leaf.conds + [c], int(r), cs, emd=float(e)) for c, r, cs, e in
+                         zip((cond, "NOT (%s)" % cond), rows, counts, emds)]
+                sides[0].bounds = [(exact[q][0], cut) if q == i else exact[q] for q in range(len(nums))]
+                sides[1].bounds = [(cut, exact[q][1]) if q == i else exact[q] for q in range(len(nums))]
+                out[-1] = sides
+                break
+    return out
+
+
+def _float_literal(x: float) -> str:
+    return "%s::pg_catalog.float8" % ("'%r'" % x)
 
 
 def _sa_expr(plpy, req, summary, prefix: str = "s.") -> str:
@@ -164,16 +218,24 @@ def _codes(summary) -> dict:
     return {v: i for i, v in enumerate(values if values is not None else summary.distinct.tolist())}
 
 
-def _side_counts(plpy, req, summary, cond, where) -> np.ndarray:
-    """SA counts per table code of the two sides of ``cond`` within ``where`` (2 x m)."""
-    rows = plpy.execute("SELECT (%s) AS side, %s AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1, 2" % (
-        cond, _sa_expr(plpy, req, summary), req.source["qname"], where))
-    codes, out = _codes(summary), np.zeros((2, len(summary.counts)), dtype=np.int64)
+def _side_counts(plpy, req, summary, nums, leaves, cands):
+    """(SA counts per table code of each leaf (leaves x m), and of its rows below each QI's
+    candidate cut (leaves x QIs x m)): one scan, grouped by leaf and SA value."""
+    below = ", ".join("pg_catalog.count(*) FILTER (WHERE x.v%d < ($%d::pg_catalog.float8[])[x.leaf "
+                      "OPERATOR(pg_catalog.+) 1]) AS b%d" % (i, i + 1, i) for i in range(len(nums)))
+    rows = plpy.execute(plpy.prepare(
+        "SELECT x.leaf, x.sa, pg_catalog.count(*) AS n, %s FROM (%s) AS x WHERE x.leaf IS NOT NULL GROUP BY 1, 2" % (
+            below, _leaves_sql(plpy, req, nums, leaves, ", %s AS sa" % _sa_expr(plpy, req, summary))),
+        ["float8[]"] * len(nums)), [[c[i] for c in cands] for i in range(len(nums))])
+    codes, m = _codes(summary), len(summary.counts)
+    total, under = np.zeros((len(leaves), m), dtype=np.int64), np.zeros((len(leaves), len(nums), m), dtype=np.int64)
     for r in rows:
-        if r["v"] not in codes:
+        if r["sa"] not in codes:
             raise _changed()
-        out[0 if r["side"] else 1, codes[r["v"]]] += r["n"]
-    return out
+        c = codes[r["sa"]]
+        total[r["leaf"], c] += r["n"]
+        under[r["leaf"], :, c] += [r["b%d" % i] for i in range(len(nums))]
+    return total, under
 
 
 def _emds_to_table(summary, parts: np.ndarray) -> np.ndarray:
@@ -229,9 +291,10 @@ def plan(plpy, req, n: int):
         raise E.invalid_parameter("k = %d exceeds the %d rows of the source" % (req.k, summary.rows),
                                   "Every equivalence class needs at least k rows.")
     tag = secrets.token_hex(TAG_BYTES)
+    with C.settings(plpy, jit="off"):      # (aggregate scans: JIT compiles for seconds, saves none)
+        found = split(plpy, req, summary, n)
     parts = [Part(p.predicate, p.rows, p.emd, p.budget,
-                  C.qname(None, req.output.schema, "sabre_part_%s_%d" % (tag, j)))
-             for j, p in enumerate(split(plpy, req, summary, n))]
+                  C.qname(None, req.output.schema, "sabre_part_%s_%d" % (tag, j))) for j, p in enumerate(found)]
     return summary, parts
 
 
@@ -324,6 +387,11 @@ def _oid(plpy, name):
 
 def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
     """The parts' outputs as one output of ``req``: checked (module doc, 4.), swapped in, recorded."""
+    with C.settings(plpy, jit="off"):      # (big scans and joins: JIT compiles for seconds, saves none)
+        return _publish_parts(plpy, req, outputs, clock, summary)
+
+
+def _publish_parts(plpy, req, outputs, clock, summary):
     run = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     relations = [_part_relations(plpy, o) for o in outputs]
@@ -343,6 +411,9 @@ def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
         plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
             C.ident(req.output.temporary(run.run_id, "k_idx")), built["_keys"]))
         publish.owner_only(plpy, built["_keys"])
+        # (statistics, so the exactly-once check hashes the keys: without them the planner
+        # guessed 200 keys and probed the source's index once per row, 12 s at 1M rows)
+        plpy.execute("ANALYZE %s" % built["_keys"])
     with clock.phase("check"):
         check_every_row_once(plpy, req, built)
     for r in relations:
