@@ -1,11 +1,12 @@
 """Partitioned runs (docs/scale-out.md): bounded memory per backend, parts in parallel.
 
 1. **split** (:func:`split`): a top-down t-Mondrian split of the source computed from
-   aggregates only, round by round: each round cuts every open part from two scans of the
-   source -- per-part histograms of the numerical QIs (``width_bucket``, with exact minima and
-   maxima), then one ``GROUP BY part, sa`` with the rows below each QI's cut near the median.
-   A cut is kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts
-   are predicates over the QIs (no Python runs per row);
+   aggregates only: one scan groups the table into cells -- a bucket of each numerical QI
+   (its own values for a small integer span, else equal width) and the SA value, at most
+   ``CELL_CAP`` of them -- and the cuts are made in numpy on the cells (the largest part
+   first, its widest normalized QI cut at the bucket boundary nearest its median). A cut is
+   kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts are
+   predicates over the QIs (no Python runs per row);
 2. **budgets**: part P is anonymized with SABRE on its own rows and distribution with
    ``t_P = (t - EMD(P, table)) * scale_P``; by the triangle inequality (the paper's argument
    for SABRE_W's DIRECT case) every class C of P then has ``EMD(C, table) <= t``.  ``scale_P``
@@ -38,7 +39,8 @@ from . import publish, request, scan
 from . import transfer as T
 
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
-HIST_BUCKETS = 1024      # equal-width buckets per leaf and QI in a round of the split
+HIST_BUCKETS = 256       # at most this many buckets per numerical QI in the split's cells
+CELL_CAP = 1 << 20       # at most this many cells (buckets x SA values): the split's memory bound
 MAX_PARTS = 4096
 PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}; each part is read '
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
@@ -60,7 +62,7 @@ class _Leaf:
     rows: int
     counts: np.ndarray       # SA counts per table code
     final: bool = False
-    bounds: list = field(default_factory=list)   # (lo, hi) per numerical QI, enclosing the leaf
+    cells: np.ndarray = None   # indices of the split's cells that make the leaf
     emd: float = 0.0
     children: list = field(default_factory=list)
 
@@ -81,27 +83,31 @@ def partitions_option(req) -> int | None:
 
 
 def split(plpy, req, summary, n: int) -> list:
-    """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget), cut round by
-    round: each round cuts every open part at once (the largest first, up to ``n`` parts) from
-    two scans of the source (:func:`_cut_round`), so the split costs O(rows * log n)."""
+    """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget): the largest
+    open part is cut next, all in numpy over the table's cells (:func:`_cells`, one scan)."""
     nums = [a for a in req.qis if a.numerical]
     if not nums:
         raise E.invalid_parameter("a partitioned run needs a numerical quasi-identifier to cut on",
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
-    root.bounds = _spans(plpy, req, nums, root)
-    spans = [(hi - lo) or 1.0 for lo, hi in root.bounds]
+    bounds = _spans(plpy, req, nums, root)
+    cells = _cells(plpy, req, summary, nums, bounds)
+    if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
+        raise _changed()
+    root.cells = np.arange(len(cells.n))
+    spans = [(hi - lo) or 1.0 for lo, hi in bounds]
     leaves = [root]
     while len(leaves) < n:
-        open_ = sorted((leaf for leaf in leaves if not leaf.final), key=lambda x: -x.rows)[:n - len(leaves)]
+        open_ = [leaf for leaf in leaves if not leaf.final]
         if not open_:
             break
-        for leaf, sides in zip(open_, _cut_round(plpy, req, summary, nums, spans, open_)):
-            if sides is None:
-                leaf.final = True
-                continue
-            i = leaves.index(leaf)
-            leaves[i:i + 1] = sides
+        leaf = max(open_, key=lambda x: x.rows)
+        sides = _cut(plpy, req, summary, nums, spans, cells, leaf)
+        if sides is None:
+            leaf.final = True
+            continue
+        i = leaves.index(leaf)
+        leaves[i:i + 1] = sides
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
                  _budget(req.t, leaf.emd, summary, leaf.counts)) for leaf in leaves]
 
@@ -121,84 +127,121 @@ def _spans(plpy, req, nums, root) -> list:
     return [(r["lo%d" % i], r["hi%d" % i]) for i in range(len(nums))]
 
 
-def _leaves_sql(plpy, req, nums, leaves, extra: str) -> str:
-    """``SELECT leaf, v0, v1, ... <extra>`` over the source: each row's index among ``leaves``
-    (NULL outside them) and its numerical QIs as float8, the QIs' order of ``nums``."""
-    case = "CASE %s END" % " ".join("WHEN %s THEN %d" % (" AND ".join(leaf.conds) or "true", j)
-                                     for j, leaf in enumerate(leaves))
-    cols = "".join(", %s AS v%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i) for i, a in enumerate(nums))
-    return "SELECT %s AS leaf%s%s FROM %s AS s%s" % (case, cols, extra, req.source["qname"], req.row_filter())
+@dataclass(frozen=True)
+class _Cells:
+    """The table grouped by (bucket of each numerical QI, SA value): cells x QIs arrays."""
+    bucket: np.ndarray       # int64, cells x QIs
+    lo: np.ndarray           # each cell's smallest value of each QI (float8)
+    hi: np.ndarray
+    code: np.ndarray         # the cell's SA, as a table code
+    n: np.ndarray            # rows
 
 
-def _histograms(plpy, req, nums, leaves) -> dict:
-    """{(leaf, qi): (buckets' rows, mins, maxes)}, buckets in order: HIST_BUCKETS equal-width
-    buckets of each leaf's bounds per QI (width_bucket is monotone, so a bucket's minimum cuts
-    the QI exactly between the buckets below and the rest); one scan for all leaves."""
-    lo = [[leaf.bounds[i][0] for i in range(len(nums))] for leaf in leaves]
-    hi = [[leaf.bounds[i][1] if leaf.bounds[i][1] > leaf.bounds[i][0] else None for i in range(len(nums))]
-          for leaf in leaves]
-    rows = plpy.execute(plpy.prepare(
-        "SELECT x.leaf, q.i, q.b, pg_catalog.count(*) AS n, pg_catalog.min(q.v) AS lo, pg_catalog.max(q.v) AS hi "
-        "FROM (%s) AS x CROSS JOIN LATERAL (SELECT w.i, w.v, pg_catalog.width_bucket(w.v, "
-        "($1::pg_catalog.float8[])[x.leaf OPERATOR(pg_catalog.+) 1][w.i OPERATOR(pg_catalog.+) 1], "
-        "($2::pg_catalog.float8[])[x.leaf OPERATOR(pg_catalog.+) 1][w.i OPERATOR(pg_catalog.+) 1], %d) AS b "
-        "FROM (VALUES %s) AS w(i, v)) AS q WHERE x.leaf IS NOT NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3" % (
-            _leaves_sql(plpy, req, nums, leaves, ""), HIST_BUCKETS,
-            ", ".join("(%d, x.v%d)" % (i, i) for i in range(len(nums)))), ["float8[]", "float8[]"]), [lo, hi])
-    out = {}
-    for r in rows:
-        out.setdefault((r["leaf"], r["i"]), []).append((r["b"], r["n"], r["lo"], r["hi"]))
-    return {key: (np.array([x[1] for x in v]), [x[2] for x in v], [x[3] for x in v], [x[0] for x in v])
-            for key, v in out.items()}
+def bucket_counts(nums, bounds, m: int) -> list:
+    """Buckets per numerical QI: an integer QI's own values when its span is at most
+    HIST_BUCKETS, else HIST_BUCKETS of equal width; the largest halved until the cells
+    (buckets x SA values) are at most CELL_CAP, so the split's memory is bounded."""
+    sizes = []
+    for a, (lo, hi) in zip(nums, bounds):
+        exact = a.col["typname"] in C.INTEGER_TYPES + ("date",) and np.isfinite(hi - lo) and hi - lo < HIST_BUCKETS
+        sizes.append(int(hi - lo) + 1 if exact else HIST_BUCKETS)
+    while float(np.prod(sizes, dtype=float)) * m > CELL_CAP and max(sizes) > 1:
+        i = int(np.argmax(sizes))
+        sizes[i] //= 2
+    return sizes
 
 
-def _candidate(hist):
-    """(the cut value: the minimum of the bucket nearest the median, rows below it) or None."""
-    n, mins, _, buckets = hist
-    if len(n) < 2 or None in buckets:
-        return None
-    below = np.cumsum(n)[:-1]                     # rows below bucket p + 1
-    p = int(np.argmin(np.abs(below - n.sum() / 2.0)))
-    return mins[p + 1]
+def _bucket_sql(v: str, lo: float, hi: float, size: int) -> str:
+    """A monotone bucket of float8 ``v`` in [lo, hi]: the integer offset when there is one
+    bucket per integer, else width_bucket (0 when the span is empty or infinite)."""
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo) or size < 2:
+        return "0::pg_catalog.int8"
+    if size == hi - lo + 1:
+        return "(%s - %s)::pg_catalog.int8" % (v, _float_literal(lo))
+    return "pg_catalog.width_bucket(%s, %s, %s, %d)::pg_catalog.int8" % (v, _float_literal(lo), _float_literal(hi), size)
 
 
-def _cut_round(plpy, req, summary, nums, spans, leaves) -> list:
-    """For each leaf, its cut (two new leaves) or None: the widest normalized QI (then the next
-    widest) whose cut near the median leaves both sides >= k rows and an exact EMD to the table
-    <= t * PART_SHARE.  Scan 1: per-leaf histograms (:func:`_histograms`); scan 2: SA counts
-    per leaf, and below each QI's candidate cut, as exact counts (:func:`_side_counts`)."""
-    hist = _histograms(plpy, req, nums, leaves)
-    cands = [[_candidate(hist[(j, i)]) if (j, i) in hist else None for i in range(len(nums))]
-             for j in range(len(leaves))]
-    total, below = _side_counts(plpy, req, summary, nums, leaves, cands)
-    out = []
-    for j, leaf in enumerate(leaves):
-        if total[j].sum() != leaf.rows:
+def _cells(plpy, req, summary, nums, bounds) -> _Cells:
+    """One scan of the source grouped into cells (:func:`bucket_counts`), read in binary."""
+    sizes = bucket_counts(nums, bounds, len(summary.counts))
+    vs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
+    inner = "SELECT %s, %s, %s AS sa FROM %s AS s%s" % (
+        ", ".join("%s AS b%d" % (_bucket_sql("(%s)" % v, lo, hi, z), i)
+                  for i, (v, (lo, hi), z) in enumerate(zip(vs, bounds, sizes))),
+        ", ".join("%s AS v%d" % (v, i) for i, v in enumerate(vs)), _sa_expr(plpy, req, summary),
+        req.source["qname"], req.row_filter())
+    grouped = "SELECT %s, x.sa, pg_catalog.count(*) AS n, %s FROM (%s) AS x GROUP BY %s, x.sa" % (
+        ", ".join("x.b%d" % i for i in range(len(nums))),
+        ", ".join("pg_catalog.min(x.v%d) AS lo%d, pg_catalog.max(x.v%d) AS hi%d" % (i, i, i, i)
+                  for i in range(len(nums))), inner, ", ".join("x.b%d" % i for i in range(len(nums))))
+    cols = {"n": "int8", **{"%s%d" % (c, i): t for i in range(len(nums))
+                            for c, t in (("b", "int8"), ("lo", "float8"), ("hi", "float8"))}}
+    got = _coded(plpy, summary, grouped, cols)
+    return _Cells(*(np.stack([got["%s%d" % (c, i)] for i in range(len(nums))], axis=1) for c in ("b", "lo", "hi")),
+                  got["code"], got["n"])
+
+
+def _coded(plpy, summary, grouped: str, cols: dict) -> dict:
+    """The columns ``cols`` ({name: int8 | float8}) of the query ``grouped`` as numpy arrays,
+    and ``code``: its column ``sa`` (as :func:`_sa_expr` reads it) as the table's SA code."""
+    aggs = ", ".join("%s AS %s" % (T.binary_agg("g.%s" % c, t), c) for c, t in cols.items())
+    texts = summary.text_codes()
+    if texts is None:
+        vtype = "int8" if summary.distinct.dtype.kind in "iu" else "float8"
+        r = plpy.execute("SELECT pg_catalog.count(*) AS rows, %s, %s AS sa FROM (%s) AS g" % (
+            aggs, T.binary_agg("g.sa", vtype), grouped))[0]
+        n = int(r["rows"])
+        values = T.decode_array(r["sa"], vtype, n)
+        code = np.searchsorted(summary.distinct, values)
+        if n and (code.max() >= len(summary.distinct) or not np.array_equal(summary.distinct[code], values)):
             raise _changed()
-        exact = [(min(hist[(j, i)][1]), max(hist[(j, i)][2])) for i in range(len(nums))]
-        out.append(None)
-        for width, i in sorted((((b[1] - b[0]) / spans[i], i) for i, b in enumerate(exact)), reverse=True):
-            if not width > 0 or cands[j][i] is None:
-                continue
-            counts = np.vstack([below[j, i], total[j] - below[j, i]])
-            rows = counts.sum(axis=1)
-            if rows.min() < max(req.k, 1):
-                continue
-            emds = _emds_to_table(summary, counts)
-            if emds.max() <= req.t * PART_SHARE:
-                cut = float(cands[j][i])
-                cond = "%s < %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col), _float_literal(cut))
-                sides = [_Leaf(leaf.conds + [c], int(r), cs, emd=float(e)) for c, r, cs, e in
-                         zip((cond, "NOT (%s)" % cond), rows, counts, emds)]
-                sides[0].bounds = [(exact[q][0], cut) if q == i else exact[q] for q in range(len(nums))]
-                sides[1].bounds = [(cut, exact[q][1]) if q == i else exact[q] for q in range(len(nums))]
-                out[-1] = sides
-                break
-    return out
+    else:
+        r = plpy.execute(plpy.prepare(
+            "SELECT pg_catalog.count(*) AS rows, pg_catalog.count(h.pos) AS known, %s, %s AS code FROM (%s) AS g %s" % (
+                aggs, T.binary_agg("h.pos", "int8"), grouped, C.leaf_position_join("h", 1, "g.sa")),
+            ["text[]"]), [texts])[0]
+        n = int(r["rows"])
+        if r["known"] != n:
+            raise _changed()
+        code = T.decode_array(r["code"], "int8", n) - 1
+    return {"code": code, **{c: T.decode_array(r[c], t, n) if n else np.zeros(0) for c, t in cols.items()}}
+
+
+def _cut(plpy, req, summary, nums, spans, cells, leaf):
+    """The leaf's cut near the median of its widest normalized QI (then the next widest), at a
+    bucket boundary, whose two sides have >= k rows and an exact EMD to the table
+    <= t * PART_SHARE; None if none.  Cells never straddle a cut, so the counts are exact."""
+    mine = leaf.cells
+    lo, hi = cells.lo[mine].min(axis=0), cells.hi[mine].max(axis=0)
+    for width, i in sorted((((hi[i] - lo[i]) / spans[i], i) for i in range(len(nums))), reverse=True):
+        if not width > 0:
+            break
+        b = cells.bucket[mine, i]
+        edges, inv = np.unique(b, return_inverse=True)
+        if len(edges) < 2:
+            continue
+        below = np.cumsum(np.bincount(inv, weights=cells.n[mine]))[:-1]
+        edge = edges[int(np.argmin(np.abs(below - leaf.rows / 2.0))) + 1]
+        left = b < edge
+        counts = np.vstack([np.bincount(cells.code[mine[left]], weights=cells.n[mine[left]],
+                                        minlength=len(leaf.counts))]).astype(np.int64)
+        counts = np.vstack([counts, leaf.counts - counts[0]])
+        rows = counts.sum(axis=1)
+        if rows.min() < max(req.k, 1):
+            continue
+        emds = _emds_to_table(summary, counts)
+        if emds.max() <= req.t * PART_SHARE:
+            # the smallest value of bucket ``edge`` in the whole table: every row of a lower
+            # bucket is below it, every row of this or a higher bucket is not (monotone buckets)
+            at = cells.bucket[:, i] == edge
+            cond = "%s < %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col), _float_literal(cells.lo[at, i].min()))
+            return [_Leaf(leaf.conds + [c], int(r), cs, emd=float(e), cells=ix) for c, r, cs, e, ix in
+                    zip((cond, "NOT (%s)" % cond), rows, counts, emds, (mine[left], mine[~left]))]
+    return None
 
 
 def _float_literal(x: float) -> str:
-    return "%s::pg_catalog.float8" % ("'%r'" % x)
+    return "'%r'::pg_catalog.float8" % float(x)
 
 
 def _sa_expr(plpy, req, summary, prefix: str = "s.") -> str:
@@ -211,31 +254,6 @@ def _sa_expr(plpy, req, summary, prefix: str = "s.") -> str:
     if req.sa.typname in C.INTEGER_TYPES:
         return "%s::pg_catalog.int8" % c
     return C.numeric_expr(plpy, req.sa.name, req.sa.col, prefix)
-
-
-def _codes(summary) -> dict:
-    values = summary.text_codes()
-    return {v: i for i, v in enumerate(values if values is not None else summary.distinct.tolist())}
-
-
-def _side_counts(plpy, req, summary, nums, leaves, cands):
-    """(SA counts per table code of each leaf (leaves x m), and of its rows below each QI's
-    candidate cut (leaves x QIs x m)): one scan, grouped by leaf and SA value."""
-    below = ", ".join("pg_catalog.count(*) FILTER (WHERE x.v%d < ($%d::pg_catalog.float8[])[x.leaf "
-                      "OPERATOR(pg_catalog.+) 1]) AS b%d" % (i, i + 1, i) for i in range(len(nums)))
-    rows = plpy.execute(plpy.prepare(
-        "SELECT x.leaf, x.sa, pg_catalog.count(*) AS n, %s FROM (%s) AS x WHERE x.leaf IS NOT NULL GROUP BY 1, 2" % (
-            below, _leaves_sql(plpy, req, nums, leaves, ", %s AS sa" % _sa_expr(plpy, req, summary))),
-        ["float8[]"] * len(nums)), [[c[i] for c in cands] for i in range(len(nums))])
-    codes, m = _codes(summary), len(summary.counts)
-    total, under = np.zeros((len(leaves), m), dtype=np.int64), np.zeros((len(leaves), len(nums), m), dtype=np.int64)
-    for r in rows:
-        if r["sa"] not in codes:
-            raise _changed()
-        c = codes[r["sa"]]
-        total[r["leaf"], c] += r["n"]
-        under[r["leaf"], :, c] += [r["b%d" % i] for i in range(len(nums))]
-    return total, under
 
 
 def _emds_to_table(summary, parts: np.ndarray) -> np.ndarray:
