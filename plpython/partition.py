@@ -13,7 +13,8 @@
    is 1 for a categorical SA (the part's ground distance is the table's); for a numerical SA
    the part ranks only its own m_P distinct values, and one step of its ordered distance spans
    at most G of the table's m, so ``scale_P = (m - 1) / ((m_P - 1) * G)``;
-3. **parts**: each part is one ``sabre_anonymize`` over a temporary view of its rows (in this
+3. **parts**: each part's rows are copied into a table of their own by one scan of the source
+   (:func:`stage_rows`); each part is one ``sabre_anonymize`` over that table (in this
    backend one after another with options.partitions, or by the client's connections in
    parallel: ``sabre-pg anonymize --parts``), so no backend holds more than one part;
 4. **publish** (:func:`publish_parts`): the parts' outputs become one output with class ids
@@ -54,6 +55,7 @@ class Part:
     emd: float               # EMD(part, table), rounded up
     budget: float            # the t SABRE gets inside the part
     output: str = ""         # qualified name of the part's output
+    rows_table: str = ""     # qualified name of the table holding the part's rows ("": read the source)
 
 
 @dataclass
@@ -300,7 +302,8 @@ PART_OPTIONS_DROPPED = ("partitions", "labels", "refresh", "replace", "cascade",
 
 
 def plan(plpy, req, n: int):
-    """(the table's SA summary, the parts with their budgets and output names)."""
+    """(the table's SA summary, the parts with their budgets, output names and, with several
+    parts, the tables holding their rows)."""
     hierarchy = None
     if req.sa.hierarchy_name is not None:
         hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
@@ -311,9 +314,33 @@ def plan(plpy, req, n: int):
     tag = secrets.token_hex(TAG_BYTES)
     with C.settings(plpy, jit="off"):      # (aggregate scans: JIT compiles for seconds, saves none)
         found = split(plpy, req, summary, n)
-    parts = [Part(p.predicate, p.rows, p.emd, p.budget,
-                  C.qname(None, req.output.schema, "sabre_part_%s_%d" % (tag, j))) for j, p in enumerate(found)]
+        name = "sabre_part_%s_%d"
+        parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
+                      C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "")
+                 for j, p in enumerate(found)]
+        if len(parts) > 1:
+            stage_rows(plpy, req, parts, tag)
     return summary, parts
+
+
+def stage_rows(plpy, req, parts, tag):
+    """Each part's rows copied into its own unlogged table (owner-only) by one scan of the
+    source -- routed by a partitioned table, then detached and the routing column dropped --
+    so that each part reads its own rows, not the whole table once per part."""
+    parent = C.qname(None, req.output.schema, "sabre_part_%s_rows" % tag)
+    col = C.ident("sabre_part_%s" % tag)
+    plpy.execute("CREATE TABLE %s (%s pg_catalog.int4 NOT NULL, LIKE %s) PARTITION BY LIST (%s)" % (
+        parent, col, req.source["qname"], col))
+    for j, p in enumerate(parts):
+        plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
+    case = "CASE %s END" % " ".join("WHEN %s THEN %d" % (p.predicate, j) for j, p in enumerate(parts))
+    plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL" % (
+        parent, case, req.source["qname"], req.row_filter()))
+    for p in parts:
+        plpy.execute("ALTER TABLE %s DETACH PARTITION %s" % (parent, p.rows_table))
+        plpy.execute("ALTER TABLE %s DROP COLUMN %s" % (p.rows_table, col))
+        publish.owner_only(plpy, p.rows_table)
+    plpy.execute("DROP TABLE %s" % parent)
 
 
 def part_options(req) -> dict:
@@ -324,16 +351,19 @@ def part_options(req) -> dict:
 
 
 def anonymize_part(plpy, req, part: Part, j: int):
-    """One part in this backend: sabre_anonymize over a temporary view of its rows."""
-    view = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
-    plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
-        view.split(".", 1)[1], req.source["qname"], part.predicate))
+    """One part in this backend: sabre_anonymize over the part's rows table (then dropped), or
+    over a temporary view of the source's rows when the part is the whole table."""
+    source = part.rows_table
+    if not source:
+        source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
+        plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
+            source.split(".", 1)[1], req.source["qname"], part.predicate))
     plpy.execute(plpy.prepare(
         "SELECT 1 FROM %s($1::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize"),
         ["text", "text[]", "text", "float8", "int4", "text", "text", "text"]),
-        [view, [a.name for a in req.qis], req.sa.name, part.budget, req.k, req.method, part.output,
+        [source, [a.name for a in req.qis], req.sa.name, part.budget, req.k, req.method, part.output,
          json.dumps(part_options(req))])
-    plpy.execute("DROP VIEW %s" % view)
+    plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
 
 
 def run(plpy, req, clock: Stopwatch):
@@ -579,7 +609,8 @@ def run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, o
         raise E.invalid_parameter("sabre_partitions needs options.partitions", PARTS_HINT)
     _, parts = plan(plpy, req, n)
     opts = json.dumps(part_options(req))
-    return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts) for j, p in enumerate(parts)]
+    return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts, p.rows_table or None)
+            for j, p in enumerate(parts)]
 
 
 @E.entry_point
