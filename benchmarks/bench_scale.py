@@ -154,7 +154,8 @@ def main(argv=None) -> int:
                      largest_part=largest_part(dsn, o.schema, r["run_id"], parts))
             results.append(r)
             ph = r["phases"]
-            print(f"   {mode:6s} {r['wall']:8.1f} s wall; split {ph.get('summary', 0):.1f} s, parts "
+            print(f"   {mode:6s} {r['wall']:8.1f} s wall; split {ph.get('summary', 0):.1f} s, rows to parts "
+                  f"{ph.get('read', 0):.1f} s, parts "
                   f"{ph.get('partition', 0):.1f} s, publish+check {ph.get('build_output', 0) + ph.get('check', 0):.1f} s;"
                   f" {parts} parts (largest {r['largest_part']:,} rows), {r['classes']:,} classes (smallest {r['min_class_size']}), max EMD "
                   f"{r['max_emd']:.4f}; sabre_verify: {r['violations']} violations ({r['verify_seconds']:.1f} s); "

@@ -318,24 +318,26 @@ def plan(plpy, req, n: int):
         parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
                       C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "")
                  for j, p in enumerate(found)]
-        if len(parts) > 1:
-            stage_rows(plpy, req, parts, tag)
     return summary, parts
 
 
-def stage_rows(plpy, req, parts, tag):
-    """Each part's rows copied into its own unlogged table (owner-only) by one scan of the
+def stage_rows(plpy, req, parts):
+    """With several parts, each part's rows copied into its own unlogged table (owner-only) by one scan of the
     source -- routed by a partitioned table, then detached and the routing column dropped --
     so that each part reads its own rows, not the whole table once per part."""
-    parent = C.qname(None, req.output.schema, "sabre_part_%s_rows" % tag)
-    col = C.ident("sabre_part_%s" % tag)
+    if len(parts) < 2:
+        return
+    head, _, tail = parts[0].rows_table.rpartition("_0_rows")
+    parent = head + "_rows" + tail
+    col = C.ident("sabre_part_%s" % secrets.token_hex(TAG_BYTES))
     plpy.execute("CREATE TABLE %s (%s pg_catalog.int4 NOT NULL, LIKE %s) PARTITION BY LIST (%s)" % (
         parent, col, req.source["qname"], col))
     for j, p in enumerate(parts):
         plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
     case = "CASE %s END" % " ".join("WHEN %s THEN %d" % (p.predicate, j) for j, p in enumerate(parts))
-    plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL" % (
-        parent, case, req.source["qname"], req.row_filter()))
+    with C.settings(plpy, jit="off"):
+        plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
+                     % (parent, case, req.source["qname"], req.row_filter()))
     for p in parts:
         plpy.execute("ALTER TABLE %s DETACH PARTITION %s" % (parent, p.rows_table))
         plpy.execute("ALTER TABLE %s DROP COLUMN %s" % (p.rows_table, col))
@@ -374,6 +376,8 @@ def run(plpy, req, clock: Stopwatch):
                                   "Run the several-SA overload without options.partitions.")
     with clock.phase("summary"):           # the split: aggregates only
         summary, parts = plan(plpy, req, n)
+    with clock.phase("read"):              # each part's rows into a table of their own (stage_rows)
+        stage_rows(plpy, req, parts)
     with clock.phase("partition"):         # the parts, one after another
         for j, part in enumerate(parts):
             anonymize_part(plpy, req, part, j)
@@ -608,6 +612,7 @@ def run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, o
     if n is None:
         raise E.invalid_parameter("sabre_partitions needs options.partitions", PARTS_HINT)
     _, parts = plan(plpy, req, n)
+    stage_rows(plpy, req, parts)
     opts = json.dumps(part_options(req))
     return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts, p.rows_table or None)
             for j, p in enumerate(parts)]
