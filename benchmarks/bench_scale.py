@@ -11,7 +11,7 @@ the smallest power of two of parts >= rows / ``--part-rows``:
   (``/proc/<pid>/status``) read after the call, exactly;
 * ``client``: ``sabre_pg.api.anonymize_partitioned`` with ``--parallel`` connections
   (``sabre-pg anonymize --parts P --parallel W``); the peak is the largest ``VmHWM`` seen
-  by polling every backend of the database every 0.2 s (a lower bound for a backend that grew
+  by polling every backend of this run (its application_name) every 0.2 s (a lower bound for a backend that grew
   in its last 0.2 s).
 
 Every output is then checked by ``sabre_verify`` (exact EMD against the whole output, which
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -56,8 +57,10 @@ class PeakMonitor:
     def _poll(self):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self._stop.is_set():
+                # (this run's backends only: the DSN carries an application_name of its own)
                 for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                                           "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"):
+                                           "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                                           "AND application_name = current_setting('application_name')"):
                     mem = proc_memory(pid)
                     if mem and "VmHWM" in mem:
                         self.peaks[pid] = max(self.peaks.get(pid, 0.0), mem["VmHWM"])
@@ -138,6 +141,7 @@ def main(argv=None) -> int:
     sizes = [int(x.replace("_", "")) for x in o.rows.split(",") if x.strip()]
     modes = [m for m in o.modes.split(",") if m]
     dsn = resolve_dsn(argparse.Namespace(dsn=o.dsn, sabre_schema=o.schema))
+    dsn = psycopg.conninfo.make_conninfo(dsn, application_name="sabre_bench_scale_%d" % os.getpid())
     print(f"sabre-pg partitioned runs: SABRE-AK, t = {T}, k = {K}, 7 QIs, SA salary; parts of <= ~{o.part_rows:,} "
           f"rows; client mode with {o.parallel} connections")
     results = []

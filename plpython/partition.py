@@ -93,6 +93,8 @@ def split(plpy, req, summary, n: int) -> list:
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
     bounds = _spans(plpy, req, nums, root)
+    if n < 2:
+        return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts))]
     cells = _cells(plpy, req, summary, nums, bounds)
     if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
         raise _changed()
