@@ -11,8 +11,8 @@ the smallest power of two of parts >= rows / ``--part-rows``:
   (``/proc/<pid>/status``) read after the call, exactly;
 * ``client``: ``sabre_pg.api.anonymize_partitioned`` with ``--parallel`` connections
   (``sabre-pg anonymize --parts P --parallel W``); the peak is the largest ``VmHWM`` seen
-  by polling every backend of this run (its application_name) every 0.2 s (a lower bound for a backend that grew
-  in its last 0.2 s).
+  by polling every backend of this run (seen with its application_name) every 0.1 s (a lower bound for a backend that grew
+  in its last 0.1 s).
 
 Every output is then checked by ``sabre_verify`` (exact EMD against the whole output, which
 holds every source row once). Reported: wall time, the split's and the parts' seconds, parts,
@@ -49,7 +49,7 @@ from sabre_pg.connect import resolve_dsn  # noqa: E402
 class PeakMonitor:
     """The largest VmHWM of the database's other client backends, polled in a thread."""
 
-    def __init__(self, dsn: str, interval: float = 0.2):
+    def __init__(self, dsn: str, interval: float = 0.1):
         self.dsn, self.interval, self.peaks = dsn, interval, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -57,13 +57,16 @@ class PeakMonitor:
     def _poll(self):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self._stop.is_set():
-                # (this run's backends only: the DSN carries an application_name of its own)
+                # this run's backends: seen with this run's application_name when they connect
+                # (a sabre call shows its progress there meanwhile), then followed by pid
                 for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                                            "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
                                            "AND application_name = current_setting('application_name')"):
+                    self.peaks.setdefault(pid, 0.0)
+                for pid in list(self.peaks):
                     mem = proc_memory(pid)
                     if mem and "VmHWM" in mem:
-                        self.peaks[pid] = max(self.peaks.get(pid, 0.0), mem["VmHWM"])
+                        self.peaks[pid] = max(self.peaks[pid], mem["VmHWM"])
                 self._stop.wait(self.interval)
 
     def __enter__(self):
