@@ -56,6 +56,7 @@ class Part:
     budget: float            # the t SABRE gets inside the part
     output: str = ""         # qualified name of the part's output
     rows_table: str = ""     # qualified name of the table holding the part's rows ("": read the source)
+    conds: tuple = ()        # the cuts on the part's path from the whole table (predicate = their AND)
 
 
 @dataclass
@@ -113,7 +114,7 @@ def split(plpy, req, summary, n: int) -> list:
         i = leaves.index(leaf)
         leaves[i:i + 1] = sides
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
-                 _budget(req.t, leaf.emd, summary, leaf.counts)) for leaf in leaves]
+                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
 
 
 def _spans(plpy, req, nums, root) -> list:
@@ -318,9 +319,23 @@ def plan(plpy, req, n: int):
         found = split(plpy, req, summary, n)
         name = "sabre_part_%s_%d"
         parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
-                      C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "")
+                      C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "",
+                      p.conds)
                  for j, p in enumerate(found)]
     return summary, parts
+
+
+def part_case(leaves: list) -> str:
+    """SQL giving each row its part's index, as a tree of ``CASE`` on the cuts (a comparison or
+    two per level, not every part's predicate): ``leaves`` are (cuts from the root, index);
+    NULL for a row in no part, as the predicates say."""
+    if len(leaves) == 1:
+        return "%d" % leaves[0][1]
+    first = leaves[0][0][0]
+    cut = first[len("NOT ("):-1] if first.startswith("NOT (") else first
+    below = [(conds[1:], j) for conds, j in leaves if conds[0] == cut]
+    rest = [(conds[1:], j) for conds, j in leaves if conds[0] != cut]
+    return "CASE WHEN %s THEN %s WHEN NOT (%s) THEN %s END" % (cut, part_case(below), cut, part_case(rest))
 
 
 def stage_rows(plpy, req, parts):
@@ -336,7 +351,7 @@ def stage_rows(plpy, req, parts):
         parent, col, req.source["qname"], col))
     for j, p in enumerate(parts):
         plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
-    case = "CASE %s END" % " ".join("WHEN %s THEN %d" % (p.predicate, j) for j, p in enumerate(parts))
+    case = part_case([(p.conds, j) for j, p in enumerate(parts)])
     with C.settings(plpy, jit="off"):
         plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
                      % (parent, case, req.source["qname"], req.row_filter()))

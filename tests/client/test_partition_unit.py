@@ -30,3 +30,11 @@ def test_cells_stay_within_the_cap(qis, m):
     sizes = partition.bucket_counts([qi("float8")] * qis, [(0.0, 1.0)] * qis, m)
     assert all(s >= 1 for s in sizes)
     assert np.prod(sizes, dtype=float) * m <= partition.CELL_CAP or max(sizes) == 1
+
+
+def test_part_case_is_a_tree_of_the_cuts():
+    a, b = "x < 1", "y < 2"
+    leaves = [([a, b], 0), ([a, "NOT (%s)" % b], 1), (["NOT (%s)" % a], 2)]
+    assert partition.part_case(leaves) == (
+        "CASE WHEN x < 1 THEN CASE WHEN y < 2 THEN 0 WHEN NOT (y < 2) THEN 1 END WHEN NOT (x < 1) THEN 2 END")
+    assert partition.part_case([([], 0)]) == "0"
