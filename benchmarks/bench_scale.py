@@ -11,8 +11,8 @@ the smallest power of two of parts >= rows / ``--part-rows``:
   (``/proc/<pid>/status``) read after the call, exactly;
 * ``client``: ``sabre_pg.api.anonymize_partitioned`` with ``--parallel`` connections
   (``sabre-pg anonymize --parts P --parallel W``); the peak is the largest ``VmHWM`` seen
-  by polling every backend of the database every 0.2 s (a lower bound for a backend that grew
-  in its last 0.2 s).
+  by polling every backend of this run (seen with its application_name) every 0.1 s (a lower bound for a backend that grew
+  in its last 0.1 s).
 
 Every output is then checked by ``sabre_verify`` (exact EMD against the whole output, which
 holds every source row once). Reported: wall time, the split's and the parts' seconds, parts,
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -48,7 +49,7 @@ from sabre_pg.connect import resolve_dsn  # noqa: E402
 class PeakMonitor:
     """The largest VmHWM of the database's other client backends, polled in a thread."""
 
-    def __init__(self, dsn: str, interval: float = 0.2):
+    def __init__(self, dsn: str, interval: float = 0.1):
         self.dsn, self.interval, self.peaks = dsn, interval, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -56,11 +57,16 @@ class PeakMonitor:
     def _poll(self):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self._stop.is_set():
+                # this run's backends: seen with this run's application_name when they connect
+                # (a sabre call shows its progress there meanwhile), then followed by pid
                 for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                                           "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"):
+                                           "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                                           "AND application_name = current_setting('application_name')"):
+                    self.peaks.setdefault(pid, 0.0)
+                for pid in list(self.peaks):
                     mem = proc_memory(pid)
                     if mem and "VmHWM" in mem:
-                        self.peaks[pid] = max(self.peaks.get(pid, 0.0), mem["VmHWM"])
+                        self.peaks[pid] = max(self.peaks[pid], mem["VmHWM"])
                 self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -138,6 +144,7 @@ def main(argv=None) -> int:
     sizes = [int(x.replace("_", "")) for x in o.rows.split(",") if x.strip()]
     modes = [m for m in o.modes.split(",") if m]
     dsn = resolve_dsn(argparse.Namespace(dsn=o.dsn, sabre_schema=o.schema))
+    dsn = psycopg.conninfo.make_conninfo(dsn, application_name="sabre_bench_scale_%d" % os.getpid())
     print(f"sabre-pg partitioned runs: SABRE-AK, t = {T}, k = {K}, 7 QIs, SA salary; parts of <= ~{o.part_rows:,} "
           f"rows; client mode with {o.parallel} connections")
     results = []
@@ -154,7 +161,8 @@ def main(argv=None) -> int:
                      largest_part=largest_part(dsn, o.schema, r["run_id"], parts))
             results.append(r)
             ph = r["phases"]
-            print(f"   {mode:6s} {r['wall']:8.1f} s wall; split {ph.get('summary', 0):.1f} s, parts "
+            print(f"   {mode:6s} {r['wall']:8.1f} s wall; split {ph.get('summary', 0):.1f} s, rows to parts "
+                  f"{ph.get('read', 0):.1f} s, parts "
                   f"{ph.get('partition', 0):.1f} s, publish+check {ph.get('build_output', 0) + ph.get('check', 0):.1f} s;"
                   f" {parts} parts (largest {r['largest_part']:,} rows), {r['classes']:,} classes (smallest {r['min_class_size']}), max EMD "
                   f"{r['max_emd']:.4f}; sabre_verify: {r['violations']} violations ({r['verify_seconds']:.1f} s); "

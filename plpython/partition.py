@@ -1,17 +1,20 @@
 """Partitioned runs (docs/scale-out.md): bounded memory per backend, parts in parallel.
 
 1. **split** (:func:`split`): a top-down t-Mondrian split of the source computed from
-   aggregates only -- per cut, one ``min``/``max`` per numerical QI, one
-   ``percentile_disc(0.5)`` on the widest (normalized) QI and one ``GROUP BY side, sa``. A
-   cut is kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts
-   are predicates over the QIs (no Python runs per row);
+   aggregates only: one scan groups the table into cells -- a bucket of each numerical QI
+   (its own values for a small integer span, else equal width) and the SA value, at most
+   ``CELL_CAP`` of them -- and the cuts are made in numpy on the cells (the largest part
+   first, its widest normalized QI cut at the bucket boundary nearest its median). A cut is
+   kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts are
+   predicates over the QIs (no Python runs per row);
 2. **budgets**: part P is anonymized with SABRE on its own rows and distribution with
    ``t_P = (t - EMD(P, table)) * scale_P``; by the triangle inequality (the paper's argument
    for SABRE_W's DIRECT case) every class C of P then has ``EMD(C, table) <= t``.  ``scale_P``
    is 1 for a categorical SA (the part's ground distance is the table's); for a numerical SA
    the part ranks only its own m_P distinct values, and one step of its ordered distance spans
    at most G of the table's m, so ``scale_P = (m - 1) / ((m_P - 1) * G)``;
-3. **parts**: each part is one ``sabre_anonymize`` over a temporary view of its rows (in this
+3. **parts**: each part's rows are copied into a table of their own by one scan of the source
+   (:func:`stage_rows`); each part is one ``sabre_anonymize`` over that table (in this
    backend one after another with options.partitions, or by the client's connections in
    parallel: ``sabre-pg anonymize --parts``), so no backend holds more than one part;
 4. **publish** (:func:`publish_parts`): the parts' outputs become one output with class ids
@@ -37,6 +40,8 @@ from . import publish, request, scan
 from . import transfer as T
 
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
+HIST_BUCKETS = 256       # at most this many buckets per numerical QI in the split's cells
+CELL_CAP = 1 << 20       # at most this many cells (buckets x SA values): the split's memory bound
 MAX_PARTS = 4096
 PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}; each part is read '
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
@@ -50,6 +55,8 @@ class Part:
     emd: float               # EMD(part, table), rounded up
     budget: float            # the t SABRE gets inside the part
     output: str = ""         # qualified name of the part's output
+    rows_table: str = ""     # qualified name of the table holding the part's rows ("": read the source)
+    conds: tuple = ()        # the cuts on the part's path from the whole table (predicate = their AND)
 
 
 @dataclass
@@ -58,6 +65,7 @@ class _Leaf:
     rows: int
     counts: np.ndarray       # SA counts per table code
     final: bool = False
+    cells: np.ndarray = None   # indices of the split's cells that make the leaf
     emd: float = 0.0
     children: list = field(default_factory=list)
 
@@ -78,31 +86,39 @@ def partitions_option(req) -> int | None:
 
 
 def split(plpy, req, summary, n: int) -> list:
-    """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget)."""
+    """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget): the largest
+    open part is cut next, all in numpy over the table's cells (:func:`_cells`, one scan)."""
     nums = [a for a in req.qis if a.numerical]
     if not nums:
         raise E.invalid_parameter("a partitioned run needs a numerical quasi-identifier to cut on",
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
-    spans = _spans(plpy, req, nums, root)
+    bounds = _spans(plpy, req, nums, root)
+    if n < 2:
+        return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts))]
+    cells = _cells(plpy, req, summary, nums, bounds)
+    if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
+        raise _changed()
+    root.cells = np.arange(len(cells.n))
+    spans = [(hi - lo) or 1.0 for lo, hi in bounds]
     leaves = [root]
     while len(leaves) < n:
         open_ = [leaf for leaf in leaves if not leaf.final]
         if not open_:
             break
         leaf = max(open_, key=lambda x: x.rows)
-        sides = _cut(plpy, req, summary, nums, spans, leaf)
+        sides = _cut(plpy, req, summary, nums, spans, cells, leaf)
         if sides is None:
             leaf.final = True
             continue
         i = leaves.index(leaf)
         leaves[i:i + 1] = sides
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
-                 _budget(req.t, leaf.emd, summary, leaf.counts)) for leaf in leaves]
+                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
 
 
 def _spans(plpy, req, nums, root) -> list:
-    """The table's span of each numerical QI (and the NULL error of options.nulls = 'error')."""
+    """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error')."""
     exprs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
     r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
         ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
@@ -113,38 +129,124 @@ def _spans(plpy, req, nums, root) -> list:
             req.source["qname"]))[0])
     if r["n"] != root.rows:
         raise _changed()
-    return [(r["hi%d" % i] - r["lo%d" % i]) or 1.0 for i in range(len(nums))]
+    return [(r["lo%d" % i], r["hi%d" % i]) for i in range(len(nums))]
 
 
-def _cut(plpy, req, summary, nums, spans, leaf):
-    """The leaf's median cut on its widest normalized QI (then the next widest) whose two
-    sides have >= k rows and an exact EMD to the table <= t * PART_SHARE; None if none."""
-    where, src = leaf.where(req), req.source["qname"]
-    exprs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
-    r = plpy.execute("SELECT %s FROM %s AS s%s" % (", ".join(
-        "pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d" % (e, i, e, i) for i, e in enumerate(exprs)),
-        src, where))[0]
-    widths = [((r["hi%d" % i] - r["lo%d" % i]) / spans[i], i) for i in range(len(nums))]
-    for width, i in sorted(widths, reverse=True):
+@dataclass(frozen=True)
+class _Cells:
+    """The table grouped by (bucket of each numerical QI, SA value): cells x QIs arrays."""
+    bucket: np.ndarray       # int64, cells x QIs
+    lo: np.ndarray           # each cell's smallest value of each QI (float8)
+    hi: np.ndarray
+    code: np.ndarray         # the cell's SA, as a table code
+    n: np.ndarray            # rows
+
+
+def bucket_counts(nums, bounds, m: int) -> list:
+    """Buckets per numerical QI: an integer QI's own values when its span is at most
+    HIST_BUCKETS, else HIST_BUCKETS of equal width; the largest halved until the cells
+    (buckets x SA values) are at most CELL_CAP, so the split's memory is bounded."""
+    sizes = []
+    for a, (lo, hi) in zip(nums, bounds):
+        exact = a.col["typname"] in C.INTEGER_TYPES + ("date",) and np.isfinite(hi - lo) and hi - lo < HIST_BUCKETS
+        sizes.append(int(hi - lo) + 1 if exact else HIST_BUCKETS)
+    while float(np.prod(sizes, dtype=float)) * m > CELL_CAP and max(sizes) > 1:
+        i = int(np.argmax(sizes))
+        sizes[i] //= 2
+    return sizes
+
+
+def _bucket_sql(v: str, lo: float, hi: float, size: int) -> str:
+    """A monotone bucket of float8 ``v`` in [lo, hi]: the integer offset when there is one
+    bucket per integer, else width_bucket (0 when the span is empty or infinite)."""
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo) or size < 2:
+        return "0::pg_catalog.int8"
+    if size == hi - lo + 1:
+        return "(%s - %s)::pg_catalog.int8" % (v, _float_literal(lo))
+    return "pg_catalog.width_bucket(%s, %s, %s, %d)::pg_catalog.int8" % (v, _float_literal(lo), _float_literal(hi), size)
+
+
+def _cells(plpy, req, summary, nums, bounds) -> _Cells:
+    """One scan of the source grouped into cells (:func:`bucket_counts`), read in binary."""
+    sizes = bucket_counts(nums, bounds, len(summary.counts))
+    vs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
+    inner = "SELECT %s, %s, %s AS sa FROM %s AS s%s" % (
+        ", ".join("%s AS b%d" % (_bucket_sql("(%s)" % v, lo, hi, z), i)
+                  for i, (v, (lo, hi), z) in enumerate(zip(vs, bounds, sizes))),
+        ", ".join("%s AS v%d" % (v, i) for i, v in enumerate(vs)), _sa_expr(plpy, req, summary),
+        req.source["qname"], req.row_filter())
+    grouped = "SELECT %s, x.sa, pg_catalog.count(*) AS n, %s FROM (%s) AS x GROUP BY %s, x.sa" % (
+        ", ".join("x.b%d" % i for i in range(len(nums))),
+        ", ".join("pg_catalog.min(x.v%d) AS lo%d, pg_catalog.max(x.v%d) AS hi%d" % (i, i, i, i)
+                  for i in range(len(nums))), inner, ", ".join("x.b%d" % i for i in range(len(nums))))
+    cols = {"n": "int8", **{"%s%d" % (c, i): t for i in range(len(nums))
+                            for c, t in (("b", "int8"), ("lo", "float8"), ("hi", "float8"))}}
+    got = _coded(plpy, summary, grouped, cols)
+    return _Cells(*(np.stack([got["%s%d" % (c, i)] for i in range(len(nums))], axis=1) for c in ("b", "lo", "hi")),
+                  got["code"], got["n"])
+
+
+def _coded(plpy, summary, grouped: str, cols: dict) -> dict:
+    """The columns ``cols`` ({name: int8 | float8}) of the query ``grouped`` as numpy arrays,
+    and ``code``: its column ``sa`` (as :func:`_sa_expr` reads it) as the table's SA code."""
+    aggs = ", ".join("%s AS %s" % (T.binary_agg("g.%s" % c, t), c) for c, t in cols.items())
+    texts = summary.text_codes()
+    if texts is None:
+        vtype = "int8" if summary.distinct.dtype.kind in "iu" else "float8"
+        r = plpy.execute("SELECT pg_catalog.count(*) AS rows, %s, %s AS sa FROM (%s) AS g" % (
+            aggs, T.binary_agg("g.sa", vtype), grouped))[0]
+        n = int(r["rows"])
+        values = T.decode_array(r["sa"], vtype, n)
+        code = np.searchsorted(summary.distinct, values)
+        if n and (code.max() >= len(summary.distinct) or not np.array_equal(summary.distinct[code], values)):
+            raise _changed()
+    else:
+        r = plpy.execute(plpy.prepare(
+            "SELECT pg_catalog.count(*) AS rows, pg_catalog.count(h.pos) AS known, %s, %s AS code FROM (%s) AS g %s" % (
+                aggs, T.binary_agg("h.pos", "int8"), grouped, C.leaf_position_join("h", 1, "g.sa")),
+            ["text[]"]), [texts])[0]
+        n = int(r["rows"])
+        if r["known"] != n:
+            raise _changed()
+        code = T.decode_array(r["code"], "int8", n) - 1
+    return {"code": code, **{c: T.decode_array(r[c], t, n) if n else np.zeros(0) for c, t in cols.items()}}
+
+
+def _cut(plpy, req, summary, nums, spans, cells, leaf):
+    """The leaf's cut near the median of its widest normalized QI (then the next widest), at a
+    bucket boundary, whose two sides have >= k rows and an exact EMD to the table
+    <= t * PART_SHARE; None if none.  Cells never straddle a cut, so the counts are exact."""
+    mine = leaf.cells
+    lo, hi = cells.lo[mine].min(axis=0), cells.hi[mine].max(axis=0)
+    for width, i in sorted((((hi[i] - lo[i]) / spans[i], i) for i in range(len(nums))), reverse=True):
         if not width > 0:
             break
-        a = nums[i]
-        col = "s." + C.ident(a.name)
-        m = plpy.execute("SELECT x.m::pg_catalog.text AS m, x.m = x.lo AS at_min FROM (SELECT "
-                         "pg_catalog.percentile_disc(0.5) WITHIN GROUP (ORDER BY %s) AS m, pg_catalog.min(%s) AS lo "
-                         "FROM %s AS s%s) AS x" % (col, col, src, where))[0]
-        literal = "%s::%s" % (plpy.quote_literal(m["m"]), a.col["type"])
-        # (no side is empty: the median is below the maximum, and with "<" above the minimum)
-        cond = "%s %s %s" % (C.ident(a.name), "<=" if m["at_min"] else "<", literal)
-        counts = _side_counts(plpy, req, summary, cond, where)
+        b = cells.bucket[mine, i]
+        edges, inv = np.unique(b, return_inverse=True)
+        if len(edges) < 2:
+            continue
+        below = np.cumsum(np.bincount(inv, weights=cells.n[mine]))[:-1]
+        edge = edges[int(np.argmin(np.abs(below - leaf.rows / 2.0))) + 1]
+        left = b < edge
+        counts = np.vstack([np.bincount(cells.code[mine[left]], weights=cells.n[mine[left]],
+                                        minlength=len(leaf.counts))]).astype(np.int64)
+        counts = np.vstack([counts, leaf.counts - counts[0]])
         rows = counts.sum(axis=1)
         if rows.min() < max(req.k, 1):
             continue
         emds = _emds_to_table(summary, counts)
         if emds.max() <= req.t * PART_SHARE:
-            return [_Leaf(leaf.conds + [c], int(n), cs, emd=float(e))
-                    for c, n, cs, e in zip((cond, "NOT (%s)" % cond), rows, counts, emds)]
+            # the smallest value of bucket ``edge`` in the whole table: every row of a lower
+            # bucket is below it, every row of this or a higher bucket is not (monotone buckets)
+            at = cells.bucket[:, i] == edge
+            cond = "%s < %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col), _float_literal(cells.lo[at, i].min()))
+            return [_Leaf(leaf.conds + [c], int(r), cs, emd=float(e), cells=ix) for c, r, cs, e, ix in
+                    zip((cond, "NOT (%s)" % cond), rows, counts, emds, (mine[left], mine[~left]))]
     return None
+
+
+def _float_literal(x: float) -> str:
+    return "'%r'::pg_catalog.float8" % float(x)
 
 
 def _sa_expr(plpy, req, summary, prefix: str = "s.") -> str:
@@ -157,23 +259,6 @@ def _sa_expr(plpy, req, summary, prefix: str = "s.") -> str:
     if req.sa.typname in C.INTEGER_TYPES:
         return "%s::pg_catalog.int8" % c
     return C.numeric_expr(plpy, req.sa.name, req.sa.col, prefix)
-
-
-def _codes(summary) -> dict:
-    values = summary.text_codes()
-    return {v: i for i, v in enumerate(values if values is not None else summary.distinct.tolist())}
-
-
-def _side_counts(plpy, req, summary, cond, where) -> np.ndarray:
-    """SA counts per table code of the two sides of ``cond`` within ``where`` (2 x m)."""
-    rows = plpy.execute("SELECT (%s) AS side, %s AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1, 2" % (
-        cond, _sa_expr(plpy, req, summary), req.source["qname"], where))
-    codes, out = _codes(summary), np.zeros((2, len(summary.counts)), dtype=np.int64)
-    for r in rows:
-        if r["v"] not in codes:
-            raise _changed()
-        out[0 if r["side"] else 1, codes[r["v"]]] += r["n"]
-    return out
 
 
 def _emds_to_table(summary, parts: np.ndarray) -> np.ndarray:
@@ -220,7 +305,8 @@ PART_OPTIONS_DROPPED = ("partitions", "labels", "refresh", "replace", "cascade",
 
 
 def plan(plpy, req, n: int):
-    """(the table's SA summary, the parts with their budgets and output names)."""
+    """(the table's SA summary, the parts with their budgets, output names and, with several
+    parts, the tables holding their rows)."""
     hierarchy = None
     if req.sa.hierarchy_name is not None:
         hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
@@ -229,10 +315,51 @@ def plan(plpy, req, n: int):
         raise E.invalid_parameter("k = %d exceeds the %d rows of the source" % (req.k, summary.rows),
                                   "Every equivalence class needs at least k rows.")
     tag = secrets.token_hex(TAG_BYTES)
-    parts = [Part(p.predicate, p.rows, p.emd, p.budget,
-                  C.qname(None, req.output.schema, "sabre_part_%s_%d" % (tag, j)))
-             for j, p in enumerate(split(plpy, req, summary, n))]
+    with C.settings(plpy, jit="off"):      # (aggregate scans: JIT compiles for seconds, saves none)
+        found = split(plpy, req, summary, n)
+        name = "sabre_part_%s_%d"
+        parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
+                      C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "",
+                      p.conds)
+                 for j, p in enumerate(found)]
     return summary, parts
+
+
+def part_case(leaves: list) -> str:
+    """SQL giving each row its part's index, as a tree of ``CASE`` on the cuts (a comparison or
+    two per level, not every part's predicate): ``leaves`` are (cuts from the root, index);
+    NULL for a row in no part, as the predicates say."""
+    if len(leaves) == 1:
+        return "%d" % leaves[0][1]
+    first = leaves[0][0][0]
+    cut = first[len("NOT ("):-1] if first.startswith("NOT (") else first
+    below = [(conds[1:], j) for conds, j in leaves if conds[0] == cut]
+    rest = [(conds[1:], j) for conds, j in leaves if conds[0] != cut]
+    return "CASE WHEN %s THEN %s WHEN NOT (%s) THEN %s END" % (cut, part_case(below), cut, part_case(rest))
+
+
+def stage_rows(plpy, req, parts):
+    """With several parts, each part's rows copied into its own unlogged table (owner-only) by one scan of the
+    source -- routed by a partitioned table, then detached and the routing column dropped --
+    so that each part reads its own rows, not the whole table once per part."""
+    if len(parts) < 2:
+        return
+    head, _, tail = parts[0].rows_table.rpartition("_0_rows")
+    parent = head + "_rows" + tail
+    col = C.ident("sabre_part_%s" % secrets.token_hex(TAG_BYTES))
+    plpy.execute("CREATE TABLE %s (%s pg_catalog.int4 NOT NULL, LIKE %s) PARTITION BY LIST (%s)" % (
+        parent, col, req.source["qname"], col))
+    for j, p in enumerate(parts):
+        plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
+    case = part_case([(p.conds, j) for j, p in enumerate(parts)])
+    with C.settings(plpy, jit="off"):
+        plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
+                     % (parent, case, req.source["qname"], req.row_filter()))
+    for p in parts:
+        plpy.execute("ALTER TABLE %s DETACH PARTITION %s" % (parent, p.rows_table))
+        plpy.execute("ALTER TABLE %s DROP COLUMN %s" % (p.rows_table, col))
+        publish.owner_only(plpy, p.rows_table)
+    plpy.execute("DROP TABLE %s" % parent)
 
 
 def part_options(req) -> dict:
@@ -243,16 +370,19 @@ def part_options(req) -> dict:
 
 
 def anonymize_part(plpy, req, part: Part, j: int):
-    """One part in this backend: sabre_anonymize over a temporary view of its rows."""
-    view = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
-    plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
-        view.split(".", 1)[1], req.source["qname"], part.predicate))
+    """One part in this backend: sabre_anonymize over the part's rows table (then dropped), or
+    over a temporary view of the source's rows when the part is the whole table."""
+    source = part.rows_table
+    if not source:
+        source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
+        plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
+            source.split(".", 1)[1], req.source["qname"], part.predicate))
     plpy.execute(plpy.prepare(
         "SELECT 1 FROM %s($1::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize"),
         ["text", "text[]", "text", "float8", "int4", "text", "text", "text"]),
-        [view, [a.name for a in req.qis], req.sa.name, part.budget, req.k, req.method, part.output,
+        [source, [a.name for a in req.qis], req.sa.name, part.budget, req.k, req.method, part.output,
          json.dumps(part_options(req))])
-    plpy.execute("DROP VIEW %s" % view)
+    plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
 
 
 def run(plpy, req, clock: Stopwatch):
@@ -263,6 +393,8 @@ def run(plpy, req, clock: Stopwatch):
                                   "Run the several-SA overload without options.partitions.")
     with clock.phase("summary"):           # the split: aggregates only
         summary, parts = plan(plpy, req, n)
+    with clock.phase("read"):              # each part's rows into a table of their own (stage_rows)
+        stage_rows(plpy, req, parts)
     with clock.phase("partition"):         # the parts, one after another
         for j, part in enumerate(parts):
             anonymize_part(plpy, req, part, j)
@@ -324,6 +456,11 @@ def _oid(plpy, name):
 
 def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
     """The parts' outputs as one output of ``req``: checked (module doc, 4.), swapped in, recorded."""
+    with C.settings(plpy, jit="off"):      # (big scans and joins: JIT compiles for seconds, saves none)
+        return _publish_parts(plpy, req, outputs, clock, summary)
+
+
+def _publish_parts(plpy, req, outputs, clock, summary):
     run = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     relations = [_part_relations(plpy, o) for o in outputs]
@@ -343,6 +480,9 @@ def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
         plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
             C.ident(req.output.temporary(run.run_id, "k_idx")), built["_keys"]))
         publish.owner_only(plpy, built["_keys"])
+        # (statistics, so the exactly-once check hashes the keys: without them the planner
+        # guessed 200 keys and probed the source's index once per row, 12 s at 1M rows)
+        plpy.execute("ANALYZE %s" % built["_keys"])
     with clock.phase("check"):
         check_every_row_once(plpy, req, built)
     for r in relations:
@@ -489,8 +629,10 @@ def run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, o
     if n is None:
         raise E.invalid_parameter("sabre_partitions needs options.partitions", PARTS_HINT)
     _, parts = plan(plpy, req, n)
+    stage_rows(plpy, req, parts)
     opts = json.dumps(part_options(req))
-    return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts) for j, p in enumerate(parts)]
+    return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts, p.rows_table or None)
+            for j, p in enumerate(parts)]
 
 
 @E.entry_point

@@ -1,7 +1,8 @@
 """Partitioned runs driven by the client: parts anonymized in parallel backends (docs/scale-out.md).
 
-The server splits the source (``sabre_partitions``: aggregates only), each part is one
-``sabre_anonymize`` over a temporary view of its rows on its own connection -- ``parallel`` of
+The server splits the source (``sabre_partitions``: aggregates only, then each part's rows
+copied into a table of their own by one scan), each part is one ``sabre_anonymize`` over
+that table on its own connection -- ``parallel`` of
 them at a time, so each backend holds one part -- and ``sabre_publish_parts`` checks the parts'
 outputs against the whole table and swaps them in as one output.  Client connections, not
 ``dblink``: each part commits on its own connection, and a failure drops the parts made so far
@@ -37,25 +38,32 @@ def plan(conn, source: str, quasi_identifiers, sensitive, t, k, method, output, 
 
 def anonymize_part(dsn: str, source_qname: str, part: dict, quasi_identifiers, sensitive, k, method,
                    schema) -> dict:
-    """One part on its own connection: sabre_anonymize over a temporary view of its rows."""
+    """One part on its own connection: sabre_anonymize over the table of its rows (then
+    dropped), or over a temporary view of the source's rows when it is the only part."""
     from psycopg import sql
 
     with _connect(dsn) as conn:
-        conn.execute(sql.SQL("CREATE TEMP VIEW {} AS SELECT * FROM {} WHERE {}").format(
-            sql.Identifier(VIEW), sql.SQL(source_qname), sql.SQL(part["predicate"])))
+        source = part.get("part_rows")
+        if not source:
+            conn.execute(sql.SQL("CREATE TEMP VIEW {} AS SELECT * FROM {} WHERE {}").format(
+                sql.Identifier(VIEW), sql.SQL(source_qname), sql.SQL(part["predicate"])))
         row = conn.execute(sql.SQL(
             "SELECT r.rows, r.classes, r.max_emd, r.seconds FROM {}.sabre_anonymize(%s::pg_catalog.regclass, "
             "%s::text[], %s, %s::float8, %s::int, %s, %s::text, %s::jsonb) AS r").format(sql.Identifier(schema)),
-            ("pg_temp." + VIEW, list(quasi_identifiers), sensitive, part["budget"], k, method, part["part_output"],
-             json.dumps(part["part_options"]))).fetchone()
+            (source or "pg_temp." + VIEW, list(quasi_identifiers), sensitive, part["budget"], k, method,
+             part["part_output"], json.dumps(part["part_options"]))).fetchone()
+        if source:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(source)))
     return {"part": part["part"], "rows": row[0], "classes": row[1], "max_emd": row[2], "seconds": row[3]}
 
 
 def drop_parts(conn, parts: Sequence[dict]) -> None:
-    """Drop the part outputs a failed run made (sabre made them under its part names)."""
+    """Drop the part outputs and rows tables a failed run made (sabre made them under its part names)."""
     from psycopg import sql
 
     for p in parts:
+        if p.get("part_rows"):
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(p["part_rows"])))
         for suffix in ("", "_classes", "_keys"):
             # (part_output is quoted and qualified as the server prints it: "schema"."name")
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(p["part_output"][:-1] + suffix + '"')))

@@ -46,13 +46,20 @@ def test_one_call_in_parts(pg_conn, census):
     before = checksum(pg_conn, ident("public.census"))
     opts = {"hierarchies": census, "partitions": 4}
     parts = pg_conn.execute(
-        "SELECT rows, emd, budget, predicate FROM sabre_partitions('public.census', %s, 'salary', %s, %s, 'ak', "
-        "'public.census_parts', %s::jsonb)", (QIS, T, K, json.dumps(opts))).fetchall()
+        "SELECT rows, emd, budget, predicate, part_rows FROM sabre_partitions('public.census', %s, 'salary', %s, %s, "
+        "'ak', 'public.census_parts', %s::jsonb)", (QIS, T, K, json.dumps(opts))).fetchall()
     assert len(parts) == 4 and sum(p[0] for p in parts) == ROWS
     assert all(0 <= p[1] <= T / 2 and 0 < p[2] <= 1 and p[0] >= K for p in parts)
     # the predicates cover every row exactly once
     assert scalar(pg_conn, "SELECT count(*) FROM public.census WHERE (%s) <> 1" % " + ".join(
         "(%s)::int" % p[3] for p in parts)) == 0
+    # each part's rows table holds exactly its rows, with the source's columns, for its owner only
+    for p in parts:
+        assert scalar(pg_conn, "SELECT count(*) FROM (SELECT * FROM %s EXCEPT ALL SELECT * FROM public.census "
+                      "WHERE %s) x" % (p[4], p[3])) == 0 and scalar(pg_conn, "SELECT count(*) FROM %s" % p[4]) == p[0]
+        assert scalar(pg_conn, "SELECT count(*) FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = %s::regclass "
+                      "AND a.grantee <> c.relowner", (p[4],)) == 0
+        pg_conn.execute("DROP TABLE " + p[4])
     res = anonymize(pg_conn, "public.census", QIS, "salary", T, K, "ak", "public.census_parts", opts)
     check_partitioned(pg_conn, "public.census_parts", "salary", T, K, res)
     run = run_row(pg_conn, res["run_id"])

@@ -1,0 +1,40 @@
+"""The split's cells (plpython/partition.py) without a server: how many buckets each numerical
+QI gets, so that the one grouped scan of the split holds at most CELL_CAP cells."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.client.fake_plpy import sabre_plpy
+
+partition = sabre_plpy("partition")
+
+
+def qi(typname):
+    return SimpleNamespace(col={"typname": typname})
+
+
+def test_small_integer_spans_get_one_bucket_per_value():
+    assert partition.bucket_counts([qi("int4"), qi("int2")], [(17.0, 90.0), (1.0, 16.0)], 50) == [74, 16]
+
+
+def test_floats_and_wide_spans_get_equal_width_buckets():
+    assert partition.bucket_counts([qi("float8"), qi("int8")], [(0.0, 1.0), (0.0, 1e9)], 2) == \
+        [partition.HIST_BUCKETS, partition.HIST_BUCKETS]
+
+
+@pytest.mark.parametrize("qis, m", [(7, 50), (3, 10_000), (1, 3 * partition.CELL_CAP)])
+def test_cells_stay_within_the_cap(qis, m):
+    sizes = partition.bucket_counts([qi("float8")] * qis, [(0.0, 1.0)] * qis, m)
+    assert all(s >= 1 for s in sizes)
+    assert np.prod(sizes, dtype=float) * m <= partition.CELL_CAP or max(sizes) == 1
+
+
+def test_part_case_is_a_tree_of_the_cuts():
+    a, b = "x < 1", "y < 2"
+    leaves = [([a, b], 0), ([a, "NOT (%s)" % b], 1), (["NOT (%s)" % a], 2)]
+    assert partition.part_case(leaves) == (
+        "CASE WHEN x < 1 THEN CASE WHEN y < 2 THEN 0 WHEN NOT (y < 2) THEN 1 END WHEN NOT (x < 1) THEN 2 END")
+    assert partition.part_case([([], 0)]) == "0"
