@@ -622,16 +622,19 @@ def check_every_row_once(plpy, req, built):
 
 # ---------------------------------------------------------------------------- entry points
 @E.entry_point
-def run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options):
-    """sabre_partitions: the parts of a partitioned run, for a client running them in parallel."""
+def run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, stage=False):
+    """sabre_partitions: the parts of a partitioned run, for a client running them in parallel; with
+    ``stage`` (several parts) each part's rows are also copied into a table of their own, which the
+    caller anonymizes and drops (a plan looked at without ``stage`` leaves nothing behind)."""
     req = request.build(plpy, source, None, quasi_identifiers, sensitive, t, k, method, output, options)
     n = partitions_option(req)
     if n is None:
         raise E.invalid_parameter("sabre_partitions needs options.partitions", PARTS_HINT)
     _, parts = plan(plpy, req, n)
-    stage_rows(plpy, req, parts)
+    if stage:
+        stage_rows(plpy, req, parts)
     opts = json.dumps(part_options(req))
-    return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts, p.rows_table or None)
+    return [(j, p.rows, p.emd, p.budget, p.predicate, p.output, opts, (p.rows_table if stage else None) or None)
             for j, p in enumerate(parts)]
 
 

@@ -32,7 +32,7 @@ def plan(conn, source: str, quasi_identifiers, sensitive, t, k, method, output, 
     with conn.cursor(row_factory=rows.dict_row) as cur:
         return cur.execute(sql.SQL(
             "SELECT p.* FROM {}.sabre_partitions(%s::pg_catalog.text::pg_catalog.regclass, %s::text[], %s, "
-            "%s::float8, %s::int, %s, %s::text, %s::jsonb) AS p ORDER BY p.part").format(sql.Identifier(schema)),
+            "%s::float8, %s::int, %s, %s::text, %s::jsonb, stage_rows => true) AS p ORDER BY p.part").format(sql.Identifier(schema)),
             (source, list(quasi_identifiers), sensitive, t, k, method, output, json.dumps(options))).fetchall()
 
 

@@ -4,9 +4,9 @@
 -- backend, one part at a time; these two functions let a client (sabre-pg anonymize --parts)
 -- run the parts in parallel on its own connections.  Thin wrappers around sabre_plpy.partition.
 
--- (part_rows was added in 0.2: a function's result columns cannot be replaced in place)
+-- (part_rows and stage_rows were added in 0.2: a function's result columns cannot be replaced in place)
 DROP FUNCTION IF EXISTS @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb);
-CREATE FUNCTION @schema@.sabre_partitions(
+CREATE OR REPLACE FUNCTION @schema@.sabre_partitions(
     source            regclass,
     quasi_identifiers text[],
     sensitive         text,
@@ -14,18 +14,19 @@ CREATE FUNCTION @schema@.sabre_partitions(
     k                 integer DEFAULT 1,
     method            text DEFAULT 'ak',
     output            text DEFAULT NULL,
-    options           jsonb DEFAULT '{}'::jsonb)
+    options           jsonb DEFAULT '{}'::jsonb,
+    stage_rows        boolean DEFAULT false)
 RETURNS TABLE (part integer, rows bigint, emd double precision, budget double precision,
                predicate text, part_output text, part_options jsonb, part_rows text)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import partition
-return partition.run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options)
+return partition.run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, stage_rows)
 $fn$;
-COMMENT ON FUNCTION @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb) IS
+COMMENT ON FUNCTION @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb, boolean) IS
     'The parts of a partitioned run (options.partitions): a predicate, its rows, its EMD to the table and the '
-    'budget t its sabre_anonymize gets, with the part output name and options to pass, and (several parts) the '
-    'owner-only table holding the part''s rows, to anonymize and then drop';
+    'budget t its sabre_anonymize gets, with the part output name and options to pass; with stage_rows (and '
+    'several parts), the owner-only table made to hold the part''s rows, to anonymize and then drop';
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_publish_parts(
     source            regclass,

@@ -47,7 +47,7 @@ def test_one_call_in_parts(pg_conn, census):
     opts = {"hierarchies": census, "partitions": 4}
     parts = pg_conn.execute(
         "SELECT rows, emd, budget, predicate, part_rows FROM sabre_partitions('public.census', %s, 'salary', %s, %s, "
-        "'ak', 'public.census_parts', %s::jsonb)", (QIS, T, K, json.dumps(opts))).fetchall()
+        "'ak', 'public.census_parts', %s::jsonb, stage_rows => true)", (QIS, T, K, json.dumps(opts))).fetchall()
     assert len(parts) == 4 and sum(p[0] for p in parts) == ROWS
     assert all(0 <= p[1] <= T / 2 and 0 < p[2] <= 1 and p[0] >= K for p in parts)
     # the predicates cover every row exactly once
@@ -114,9 +114,11 @@ def test_plan_and_several_sa_errors(pg_conn, census):
 
 def test_publish_refuses_missing_part(pg_conn, census):
     opts = {"hierarchies": census, "partitions": 2}
+    before = relations(pg_conn)
     parts = pg_conn.execute(
         "SELECT predicate, budget, part_output, part_options FROM sabre_partitions('public.census', %s, 'salary', "
         "%s, %s, 'ak', 'public.census_half', %s::jsonb)", (QIS, T, K, json.dumps(opts))).fetchall()
+    assert relations(pg_conn) == before          # a plan without stage_rows makes no tables
     predicate, budget, part_output, part_options = parts[0]
     pg_conn.execute("CREATE TEMP VIEW half AS SELECT * FROM public.census WHERE " + predicate)
     pg_conn.execute("SELECT * FROM sabre_anonymize('pg_temp.half'::regclass, %s, 'salary', %s, %s, 'ak', %s, "
