@@ -619,7 +619,9 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
     started = time.perf_counter()
     with C.settings(plpy, work_mem="256MB"):
         req = build(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, output, options)
+        clock = time.perf_counter()
         prep = prepare(plpy, req)
+        summary_seconds = time.perf_counter() - clock
         cond = I.Condition.build(req.k, req.l, prep.sa_probs)
         levels = prep.summary.qis
         top = tuple(q.top for q in levels)
@@ -661,7 +663,7 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
                      "statistics": prep.described, "expression_statistics": prep.expressions}),
                  "rows": int(sizes.sum()), "classes": len(sizes), "min_class_size": int(sizes.min()),
                  "max_class_size": int(sizes.max()), "discernibility": discernibility(sizes),
-                 "phases": {"phase1": phase1_seconds, "validate": validate_seconds, "write": write_seconds},
+                 "phases": {"summary": summary_seconds, "phase1": phase1_seconds, "validate": validate_seconds, "write": write_seconds},
                  "seconds": seconds}
         output_oid = record(plpy, req, run, facts)
     return [(output_oid, list(chosen.node), validator.scans, validator.tried, probability, suppressed,
