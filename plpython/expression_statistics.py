@@ -53,7 +53,7 @@ class ExpressionStatistics:
     facts: dict
 
 
-def expression(a, q: I.QILevels, level: int, hierarchy) -> str:
+def expression(plpy, a, q: I.QILevels, level: int, hierarchy) -> str:
     """The SQL over the bare column of QI ``a`` giving its group at ``level`` (< top)."""
     column = C.ident(a.name)
     if q.intervals is not None:
@@ -63,13 +63,9 @@ def expression(a, q: I.QILevels, level: int, hierarchy) -> str:
             C.numeric_expr(None, a.name, a.col), q.intervals.origin, q.intervals.widths[level - 1])
     if a.typname not in TEXT_IMMUTABLE:
         return column
-    leaves = ", ".join(_literal(v) for v in hierarchy.leaves)
+    leaves = ", ".join(plpy.quote_literal(str(v)) for v in hierarchy.leaves)
     return "(ARRAY[%s]::pg_catalog.int4[])[pg_catalog.array_position(ARRAY[%s]::pg_catalog.text[], (%s)::pg_catalog.text)]" % (
         ", ".join(str(int(g)) for g in q.groups[level]), leaves, column)
-
-
-def _literal(text: str) -> str:
-    return "'%s'" % str(text).replace("'", "''")
 
 
 def allowed_levels(a, q: I.QILevels) -> tuple:
@@ -111,14 +107,18 @@ def chosen_level(req, levels, target: int) -> tuple:
 def build(plpy, req, levels, hierarchies) -> ExpressionStatistics | None:
     """Create the expression statistics of the chosen node, ANALYZE, read its MCV list, drop
     it; None when fewer than two QIs are below their top there (no joint to learn)."""
-    S.check_owner(plpy, req.source, "options.statistics = 'create_expressions': only the owner of %s can create "
-                  "statistics on it" % req.source["qname"], "Ask its owner to create them, or use 'marginals'.")
+    owner = plpy.execute(plpy.prepare("SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') AS ok FROM pg_catalog.pg_class "
+                                      "AS c WHERE c.oid = $1", ["oid"]), [req.source["oid"]])[0]["ok"]
+    if not owner:           # (CREATE STATISTICS, unlike ANALYZE, is the table owner's alone)
+        raise E.insufficient_privilege("options.statistics = 'create_expressions': only the owner of %s can create "
+                                       "statistics on it" % req.source["qname"],
+                                       "Ask its owner to run it, or use 'marginals'.")
     target = statistics_target(plpy, req.given)
     level = chosen_level(req, levels, target)
     inside = [i for i, (q, j) in enumerate(zip(levels, level)) if j < q.top]
     if len(inside) < 2:
         return None
-    exprs = [expression(req.qis[i], levels[i], level[i], hierarchies.get(req.qis[i].name)) for i in inside]
+    exprs = [expression(plpy, req.qis[i], levels[i], level[i], hierarchies.get(req.qis[i].name)) for i in inside]
     xid = plpy.execute("SELECT pg_catalog.txid_current()::pg_catalog.text AS x")[0]["x"]
     name = "%s_sabre_expr_%s" % (req.source["relname"][:40], plpy.execute(plpy.prepare(
         "SELECT pg_catalog.md5($1) AS h", ["text"]), [json.dumps([req.source["oid"], exprs, xid])])[0]["h"][:10])

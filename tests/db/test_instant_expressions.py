@@ -73,6 +73,11 @@ def test_categorical_hierarchy_expressions_and_a_chosen_level(pg_conn):
     assert 0 < facts["items"] <= 100 and facts["share"] > 0.9
     assert scalar(pg_conn, "SELECT min(n) FROM (SELECT count(*) n FROM census_instant GROUP BY ec_id) c") >= 25
     assert statistics_objects(pg_conn, "census") == 0
+    small = instant(pg_conn, "census", qis, 25, output="census_small", statistics="create_expressions",
+                    hierarchies=hierarchies, statistics_target=30)
+    facts = pg_conn.execute("SELECT options->'instant'->'expression_statistics' FROM sabre.runs "
+                            "WHERE output_oid = %s", (small["output_oid"],)).fetchone()[0]
+    assert facts["statistics_target"] == 30 and facts["items"] <= 30 and facts["level"] != [3, 0, 2, 1]
     expect_error(pg_conn, lambda c: instant(c, "census", qis, 25, statistics="create_expressions",
                                             hierarchies=hierarchies, expression_level=[0, 5, 0, 0]),
                  "22023", "expression_level")
