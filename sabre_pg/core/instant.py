@@ -186,8 +186,10 @@ class Summary:
 
     def _grouped_likelihoods(self, node) -> np.ndarray:
         """The joint at ``joint_level`` v carried to ``node`` u: the dense table of v's groups
-        over the QIs in the list (the items, plus the rest of the mass by independence over
-        the residual marginals) is multiplied along each QI by its :func:`transition` from
+        over the QIs in the list (the items; the rest of the mass over the combinations not in
+        the list, in proportion to the product of their marginals -- the list is nearly
+        complete at v, so what it leaves out are the rare combinations PostgreSQL's sample
+        saw too seldom to keep) is multiplied along each QI by its :func:`transition` from
         level v to level u -- exact where u is at or above v (a group's items land in the one
         group above it), and where u is below v a group's mass spread over the groups under it
         by the marginal (the QIs independent *within* a combination of v); the QIs not in the
@@ -196,14 +198,12 @@ class Summary:
         inside = [a for a, q in enumerate(self.qis) if v[a] < q.top]
         outside = [a for a in range(len(self.qis)) if a not in inside]
         shape = tuple(len(self.qis[a].lm[v[a]]) for a in inside)
-        residual = []
-        for a in inside:
-            q = self.qis[a]
-            m = q.marginal(v[a])
-            r = np.clip(m - np.bincount(self.joint_cells[:, a], f, minlength=len(m)), 0, None)
-            residual.append(r / r.sum() if r.sum() > 0 else m)
-        table = max(1.0 - float(f.sum()), 0.0) * _outer(residual)
-        np.add.at(table, np.ravel_multi_index(tuple(self.joint_cells[:, a] for a in inside), shape), f)
+        listed = np.ravel_multi_index(tuple(self.joint_cells[:, a] for a in inside), shape)
+        table = _outer([self.qis[a].marginal(v[a]) for a in inside])
+        table[listed] = 0.0
+        if table.sum() > 0:
+            table *= max(1.0 - float(f.sum()), 0.0) / table.sum()
+        np.add.at(table, listed, f)
         table = table.reshape(shape)
         # the QIs whose groups merge first: the table never grows beyond v's or u's size
         for axis in sorted(range(len(inside)), key=lambda x: node[inside[x]] < v[inside[x]]):
