@@ -11,6 +11,8 @@ Nergiz, Tamersoy, Saygin, "Instant anonymization", ACM TODS 36(1), 2011 (§3-§6
   variant: QIs independent) and, optionally, a list of most common value combinations with
   their frequencies (PostgreSQL's extended MCV statistics, in the role of the paper's
   Bayesian network); the rest of the mass is spread by independence (:class:`Summary`).
+  The combinations may be of generalized values, at one node of the lattice (expression
+  statistics; :func:`joint_level` chooses the node, :func:`transition` carries it to others).
 * **Bucket likelihoods** ell_i = F(b_i) of a node's buckets (Def. 4.1, Eq. 1).
 * **mu-probability** (§4.1, §5.1): the probability that every bucket is empty or satisfies
   the condition (size >= k and, for l-diversity, >= l distinct sensitive values).  Levin's
