@@ -33,16 +33,17 @@ from sabre_pg.core.metrics import discernibility
 from . import common as C
 from . import errors as E
 from . import estimate as S
+from . import expression_statistics as X
 from . import publish, request, scan
 
 OPTION_KEYS = ("hierarchies", "threshold", "criterion", "batch", "statistics", "analyze", "hybrid", "search",
-               "keep", "nulls", "replace", "cascade", "lock_timeout")
+               "keep", "nulls", "replace", "cascade", "lock_timeout", "statistics_target", "expression_level")
 OPTIONS_EXAMPLE = '{"hierarchies": {"education": "education_h"}, "threshold": 0.8}'
 K_HINT = "k is the minimum number of rows per equivalence class."
 L_HINT = "l is the minimum number of distinct sensitive values per class (distinct l-diversity)."
 NO_SA = "\x00"                      # a column name PostgreSQL cannot have: the request has no SA
 MAX_GROUPING = 31                   # arguments of GROUPING()
-STATISTICS = ("auto", "marginals", "extended", "create")
+STATISTICS = ("auto", "marginals", "extended", "create", "create_expressions")
 # The paper's 0.8 pruned the optimum on census-like data whose rare values (outliers) the
 # independent marginals misjudge (docs/instant.md); several candidates per scan make a
 # lower threshold cheap.
@@ -117,7 +118,12 @@ def build(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, outp
     batch = request._integer(given, "batch", 4, 1, 30, "Candidates validated per scan of the source.")
     statistics = request._choice(given, "statistics", "auto", STATISTICS,
                                  "'marginals' (pg_stats), 'extended' (a pg_stats_ext MCV list on the QIs), "
-                                 "'create' (create one, ANALYZE, use it) or 'auto' (extended when one exists).")
+                                 "'create' (create one, ANALYZE, use it), 'create_expressions' (an MCV list on the "
+                                 "QIs' generalization expressions, for this call) or 'auto' (extended when one exists).")
+    for key in ("statistics_target", "expression_level"):
+        if key in given and statistics != "create_expressions":
+            raise E.invalid_parameter("options.%s applies to options.statistics = 'create_expressions'" % key,
+                                      "Pass both, or leave options.%s out." % key)
     search = request._choice(given, "search", "instant", ("instant", "exhaustive"),
                              "'instant' (S-INSTANT) or 'exhaustive' (the optimum, one scan per lattice node).")
     flags = [request.boolean_option(given, name, False, hint) for name, hint in (
@@ -160,6 +166,7 @@ class Prepared:
     rows: int                       # N estimated
     sa_probs: np.ndarray | None
     described: str                  # where the statistics came from
+    expressions: dict | None = None     # the expression statistics made for the call (their facts)
 
 
 def prepare(plpy, req: InstantRequest) -> Prepared:
@@ -183,7 +190,7 @@ def prepare(plpy, req: InstantRequest) -> Prepared:
         if req.options.nulls == "drop" else int(round(stats[req.qis[0].name].reltuples))
     if rows < 1:
         raise scan.no_rows(req.source["qname"], req.options.nulls == "drop")
-    joint = read_joint(plpy, req) if req.statistics != "marginals" else None
+    joint = read_joint(plpy, req) if req.statistics in ("auto", "extended", "create") else None
     if req.statistics == "extended" and joint is None:
         raise E.not_in_prerequisite_state(
             "%s has no extended statistics with an MCV list on %s" % (req.source["qname"], ", ".join(
@@ -196,12 +203,17 @@ def prepare(plpy, req: InstantRequest) -> Prepared:
     if joint is not None:
         cells = np.stack([cell_index(q, joint[0][:, i]) for i, q in enumerate(levels)], axis=1)
         summary = I.Summary(levels, cells, np.asarray(joint[1], dtype=np.float64))
+    made = X.build(plpy, req, levels, hierarchies) if req.statistics == "create_expressions" else None
+    if made is not None:
+        summary = I.Summary(levels, made.cells, made.freqs, made.level)
     sa_probs = sa_distribution(stats[req.sa.name], req.sa) if req.sa is not None and req.l else None
-    described = "pg_stats marginals of %d quasi-identifiers (analyzed %s)%s; %d rows estimated" % (
+    described = "pg_stats marginals of %d quasi-identifiers (analyzed %s)%s%s; %d rows estimated" % (
         len(req.qis), analyzed or "at an unknown time",
         "" if joint is None else " + pg_stats_ext MCV list of %d combinations (%.1f%% of rows)" % (
-            len(joint[1]), 100 * float(np.sum(joint[1]))), rows)
-    return Prepared(summary, hierarchies, rows, sa_probs, described)
+            len(joint[1]), 100 * float(np.sum(joint[1]))),
+        "" if made is None else " + expression statistics at levels %s, MCV list of %d combinations (%.1f%% of "
+        "rows)" % (list(made.level), len(made.freqs), 100 * made.facts["share"]), rows)
+    return Prepared(summary, hierarchies, rows, sa_probs, described, made.facts if made is not None else None)
 
 
 def qi_levels(a, stats: S.ColumnStatistics, hierarchy, extra_values) -> I.QILevels:
@@ -607,7 +619,9 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
     started = time.perf_counter()
     with C.settings(plpy, work_mem="256MB"):
         req = build(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, output, options)
+        clock = time.perf_counter()
         prep = prepare(plpy, req)
+        summary_seconds = time.perf_counter() - clock
         cond = I.Condition.build(req.k, req.l, prep.sa_probs)
         levels = prep.summary.qis
         top = tuple(q.top for q in levels)
@@ -646,10 +660,10 @@ def instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, ou
                      "l": req.l, "max_suppressed": req.max_suppressed, "levels": list(chosen.node),
                      "scans": validator.scans, "candidates_tried": validator.tried, "evaluated": evaluated,
                      "predicted_probability": probability, "suppressed": suppressed, "lm": chosen.lm,
-                     "statistics": prep.described}),
+                     "statistics": prep.described, "expression_statistics": prep.expressions}),
                  "rows": int(sizes.sum()), "classes": len(sizes), "min_class_size": int(sizes.min()),
                  "max_class_size": int(sizes.max()), "discernibility": discernibility(sizes),
-                 "phases": {"phase1": phase1_seconds, "validate": validate_seconds, "write": write_seconds},
+                 "phases": {"summary": summary_seconds, "phase1": phase1_seconds, "validate": validate_seconds, "write": write_seconds},
                  "seconds": seconds}
         output_oid = record(plpy, req, run, facts)
     return [(output_oid, list(chosen.node), validator.scans, validator.tried, probability, suppressed,

@@ -11,6 +11,8 @@ Nergiz, Tamersoy, Saygin, "Instant anonymization", ACM TODS 36(1), 2011 (§3-§6
   variant: QIs independent) and, optionally, a list of most common value combinations with
   their frequencies (PostgreSQL's extended MCV statistics, in the role of the paper's
   Bayesian network); the rest of the mass is spread by independence (:class:`Summary`).
+  The combinations may be of generalized values, at one node of the lattice (expression
+  statistics; :func:`joint_level` chooses the node, :func:`transition` carries it to others).
 * **Bucket likelihoods** ell_i = F(b_i) of a node's buckets (Def. 4.1, Eq. 1).
 * **mu-probability** (§4.1, §5.1): the probability that every bucket is empty or satisfies
   the condition (size >= k and, for l-diversity, >= l distinct sensitive values).  Levin's
@@ -151,10 +153,15 @@ def interval_levels(name: str, values, probs, integer: bool) -> QILevels:
 class Summary:
     """F: independent marginals, plus optional joint most common combinations ``joint_cells``
     (items x QIs, cell indices) with frequencies ``joint_freqs``; the rest of the mass is spread
-    over the residual marginals by independence."""
+    over the residual marginals by independence.
+
+    With ``joint_level`` (a node) the combinations are of *groups* at that node's levels (the
+    MCV list of expression statistics on the generalized values; a QI at its top level is not
+    in the list, its column of ``joint_cells`` is 0): see :meth:`_grouped_likelihoods`."""
     qis: tuple
     joint_cells: np.ndarray | None = None
     joint_freqs: np.ndarray | None = None
+    joint_level: tuple | None = None
 
     def likelihoods(self, node) -> np.ndarray:
         """ell_i of every bucket of ``node`` (C order over the QIs' groups at their levels)."""
@@ -162,6 +169,10 @@ class Summary:
         margins = [q.marginal(j) for q, j in zip(self.qis, node)]
         if self.joint_cells is None or not len(self.joint_freqs):
             return _outer(margins)
+        if self.joint_level is not None:
+            if all(j == q.top for q, j in zip(self.qis, self.joint_level)):
+                return _outer(margins)
+            return self._grouped_likelihoods(node)
         f = self.joint_freqs
         rest = max(1.0 - float(f.sum()), 0.0)
         residual = []
@@ -175,11 +186,75 @@ class Summary:
         np.add.at(out, idx, f)
         return out / out.sum()
 
+    def _grouped_likelihoods(self, node) -> np.ndarray:
+        """The joint at ``joint_level`` v carried to ``node`` u: the dense table of v's groups
+        over the QIs in the list (the items; the rest of the mass over the combinations not in
+        the list, in proportion to the product of their marginals -- the list is nearly
+        complete at v, so what it leaves out are the rare combinations PostgreSQL's sample
+        saw too seldom to keep) is multiplied along each QI by its :func:`transition` from
+        level v to level u -- exact where u is at or above v (a group's items land in the one
+        group above it), and where u is below v a group's mass spread over the groups under it
+        by the marginal (the QIs independent *within* a combination of v); the QIs not in the
+        list (at the top of v) are independent of the rest."""
+        v, f = self.joint_level, self.joint_freqs
+        inside = [a for a, q in enumerate(self.qis) if v[a] < q.top]
+        outside = [a for a in range(len(self.qis)) if a not in inside]
+        shape = tuple(len(self.qis[a].lm[v[a]]) for a in inside)
+        listed = np.ravel_multi_index(tuple(self.joint_cells[:, a] for a in inside), shape)
+        table = _outer([self.qis[a].marginal(v[a]) for a in inside])
+        table[listed] = 0.0
+        if table.sum() > 0:
+            table *= max(1.0 - float(f.sum()), 0.0) / table.sum()
+        np.add.at(table, listed, f)
+        table = table.reshape(shape)
+        # the QIs whose groups merge first: the table never grows beyond v's or u's size
+        for axis in sorted(range(len(inside)), key=lambda x: node[inside[x]] < v[inside[x]]):
+            a = inside[axis]
+            table = np.moveaxis(np.tensordot(table, transition(self.qis[a], v[a], node[a]), axes=([axis], [0])),
+                                -1, axis)
+        table = np.multiply.outer(table, _outer([self.qis[a].marginal(node[a]) for a in outside]).reshape(
+            tuple(len(self.qis[a].lm[node[a]]) for a in outside)))
+        out = np.transpose(table, np.argsort(inside + outside)).ravel()
+        return out / out.sum()
+
     def buckets(self, node) -> int:
         return int(np.prod([len(q.lm[j]) for q, j in zip(self.qis, node)], dtype=np.float64))
 
     def predicted_lm(self, node) -> float:
         return float(np.mean([q.expected_lm(j) for q, j in zip(self.qis, node)]))
+
+
+def transition(q: QILevels, v: int, u: int) -> np.ndarray:
+    """Groups at level v x groups at level u: the share of group g's marginal mass in group h
+    (u >= v: 1 for the group above g; u < v: the marginal of g's groups at level u, normalized)."""
+    m = np.zeros((len(q.lm[v]), len(q.lm[u])))
+    np.add.at(m, (q.groups[v], q.groups[u]), q.probs)
+    return m / np.maximum(m.sum(axis=1, keepdims=True), 1e-300)
+
+
+def joint_level(qis, target: int, allowed=None) -> tuple:
+    """The node whose combinations an MCV list of ``target`` items can hold: from the lowest
+    levels, the QI with the most groups is generalized (to its next level in ``allowed[a]``,
+    default every level) until the node has at most ``target`` buckets.  The QIs keep
+    balanced resolutions (none generalized while another has more groups)."""
+    allowed = [tuple(range(q.top + 1)) if allowed is None else tuple(sorted(allowed[a])) for a, q in enumerate(qis)]
+    node = [levels[0] for levels in allowed]
+    while True:
+        sizes = [len(q.lm[j]) for q, j in zip(qis, node)]
+        if np.prod(sizes, dtype=np.float64) <= target:
+            return tuple(node)
+        a = max(range(len(qis)), key=lambda i: (sizes[i], -i) if node[i] < qis[i].top else (0, -i))
+        node[a] = next(j for j in allowed[a] + (qis[a].top,) if j > node[a])
+
+
+def bin_groups(q: QILevels, level: int, bins) -> np.ndarray:
+    """The groups at interval ``level`` (>= 1) of the bins ``floor((v - origin) / width)``
+    (-1 for a bin holding none of the summary's values)."""
+    iv = q.intervals
+    used = np.unique(np.floor((np.asarray(q.cells) - iv.origin) / iv.widths[level - 1]))
+    b = np.asarray(bins, dtype=np.float64)
+    pos = np.minimum(np.searchsorted(used, b), len(used) - 1)
+    return np.where(used[pos] == b, pos, -1).astype(np.int64)
 
 
 def _outer(vectors) -> np.ndarray:

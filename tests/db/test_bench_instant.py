@@ -15,11 +15,11 @@ def test_bench_instant_quick(pg_dsn, tmp_path):
     assert {r["sweep"] for r in doc["runs"]} == {"k", "N", "d", "l"}
     for r in doc["runs"]:
         exact = r["methods"]["exhaustive"]
-        for method in ("instant", "instant+mcv", "instant@0.8"):
+        for method in ("instant", "instant+mcv", "instant+expr", "instant@0.8"):
             m = r["methods"][method]
             # the exhaustive search is the optimum over the same lattice and LM
             assert m["lm"] >= exact["lm"] - 1e-9 and m["scans"] < exact["scans"]
-    assert "## Targets" in (out / "instant.md").read_text()
+    assert "## Targets" in (out / "instant.md").read_text() and "| instant+expr |" in (out / "instant.md").read_text()
     with psycopg.connect(pg_dsn) as conn:             # outputs dropped, sources kept
         left = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'bench\\_census\\_%\\_%' "
                             "AND relkind = 'r'").fetchall()
