@@ -25,6 +25,8 @@ from .generalize import stable_argsort
 
 __all__ = ["mondrian", "Partitioner"]
 
+SPAN_TABLE_LEAVES = 1024     # categorical QIs up to this many leaves: spans by table lookup
+
 
 class Partitioner:
     """The QIs of a table prepared for Mondrian cuts, and the table's SA counts.
@@ -42,6 +44,7 @@ class Partitioner:
         self.scale = np.where(hi > lo, hi - lo, 1.0)
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
         self.ranks = None       # per QI, every row's position in its order (see rank)
+        self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
@@ -51,13 +54,35 @@ class Partitioner:
     def rank(self, rows: np.ndarray, dim: np.ndarray) -> np.ndarray:
         """Each row's position (0..n-1) in the order of QI ``dim[i]`` for row ``rows[i]``, ties
         broken by ``ties`` (else by row): one sort per QI, made on first use."""
+        return self.ranks_of(None)[rows, dim]
+
+    def ranks_of(self, j):
+        """Every row's position in the order of QI j (all QIs: j None); see :meth:`rank`."""
         if self.ranks is None:
             n, d = self.columns.shape
             self.ranks = np.empty((n, d), dtype=np.int64, order="F")
-            for j in range(d):
-                keys = (self.columns[:, j],) if self.ties is None else (self.ties, self.columns[:, j])
-                self.ranks[np.lexsort(keys), j] = np.arange(n)
-        return self.ranks[rows, dim]
+            for i in range(d):
+                keys = (self.columns[:, i],) if self.ties is None else (self.ties, self.columns[:, i])
+                self.ranks[np.lexsort(keys), i] = np.arange(n)
+        return self.ranks if j is None else self.ranks[:, j]
+
+    def span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Normalized span of QI j over parts with smallest values ``lo`` and largest ``hi``:
+        the range over the table's, or the IL (L - 1)/(N - 1) of the lowest common ancestor."""
+        qi = self.qis[j]
+        if qi.numerical:
+            return (hi - lo) / self.scale[j]
+        h = qi.hierarchy
+        if h.n_leaves <= 1:
+            return np.zeros(len(lo))
+        lo, hi = lo.astype(np.int64), hi.astype(np.int64)
+        if h.n_leaves <= SPAN_TABLE_LEAVES:          # every (lo, hi) pair looked up
+            if j not in self._span_tables:
+                a = np.repeat(np.arange(h.n_leaves), h.n_leaves)
+                b = np.tile(np.arange(h.n_leaves), h.n_leaves)
+                self._span_tables[j] = (h.leaf_count[h.lca_node(a, b)] - 1) / (h.n_leaves - 1)
+            return self._span_tables[j][lo * h.n_leaves + hi]
+        return (h.leaf_count[h.lca_node(lo, hi)] - 1) / (h.n_leaves - 1)
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
@@ -68,14 +93,9 @@ class Partitioner:
         present = np.flatnonzero(sizes)
         starts = np.concatenate(([0], np.cumsum(sizes[present])[:-1]))
         out = np.zeros((n_parts, len(self.qis)))
-        for j, qi in enumerate(self.qis):
+        for j in range(len(self.qis)):
             v = self.columns[:, j][order]
-            lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
-            if qi.numerical:
-                out[present, j] = (hi - lo) / self.scale[j]
-            elif qi.hierarchy.n_leaves > 1:
-                node = qi.hierarchy.lca_node(lo.astype(np.int64), hi.astype(np.int64))
-                out[present, j] = (qi.hierarchy.leaf_count[node] - 1) / (qi.hierarchy.n_leaves - 1)
+            out[present, j] = self.span(j, np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts))
         return out
 
     def t_close(self, labels: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
