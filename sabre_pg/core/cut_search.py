@@ -28,14 +28,19 @@ from __future__ import annotations
 import numpy as np
 
 from .exact_emd import domain_class_emds
+from .generalize import stable_argsort
 from .mondrian import Partitioner, _stratified_cut
 
 __all__ = ["cut_search", "QUANTILES"]
 
 QUANTILES = (0.5, 0.45, 0.55, 0.4, 0.6, 0.33, 0.67, 0.25, 0.75)
-LAMBDA = 0.0
+LAMBDA = 0.2
 STRATIFIED = True
-FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
+SNAP = True
+BEST = True
+DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most this
+DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
+FIRST_BATCH = 1000            # candidates per partition in the first exact check of a round
 
 
 def cut_search(p: Partitioner, part: np.ndarray) -> np.ndarray:
@@ -44,76 +49,77 @@ def cut_search(p: Partitioner, part: np.ndarray) -> np.ndarray:
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)
-    by_rank = [p.columns[np.argsort(p.ranks_of(j)), j] for j in range(p.columns.shape[1])]
+    ranks = p.ranks_of(None)
+    orders = []                  # per QI, the rows not yet final in (partition, value) order
+    for j in range(p.columns.shape[1]):
+        by_value = np.empty(len(part), dtype=np.int64)
+        by_value[ranks[:, j]] = np.arange(len(part))
+        orders.append(by_value[stable_argsort(part[by_value])])
     while not final.all():
-        part, n_parts, final = _search_round(p, part, n_parts, final, by_rank)
+        part, n_parts, final, orders = _search_round(p, part, n_parts, final, orders)
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _search_round(p, part, n_parts, final, by_rank):
-    """One round: every live partition keeps its best t-close candidate cut, or becomes final."""
-    rows = np.flatnonzero(~final[part])
-    owner = part[rows]
-    sizes = np.bincount(owner, minlength=n_parts)
+def _search_round(p, part, n_parts, final, orders):
+    """One round: every live partition keeps its best t-close candidate cut, or becomes final.
+    ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j)."""
+    sizes = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
-    rows = rows[live[owner]]
-    if not len(rows):
-        return part, n_parts, final
-    owner = part[rows]
-    sizes = np.bincount(owner, minlength=n_parts)
-    orders, cands = [], []
-    for j in range(p.columns.shape[1]):
-        order = _SortedPartitions(p, rows, owner, j, sizes, by_rank)
-        orders.append(order)
-        cands.append(order.candidates(p, by_rank))
+    orders = [o[live[part[o]]] for o in orders]
+    if not len(orders[0]):
+        return part, n_parts, final, orders
+    sizes = np.where(live, sizes, 0)
+    sorted_parts = [_SortedPartitions(p, o, part[o], j, sizes) for j, o in enumerate(orders)]
+    cands = [s.candidates(p) for s in sorted_parts]
     cand = {key: np.concatenate([c[key] for c in cands]) for key in cands[0]}
-    chosen = _check_best_first(p, orders, cand, n_parts)
+    chosen = _check_best_first(p, sorted_parts, cand, n_parts)
     has = chosen >= 0
     final = final | (live & ~has)
     new_part = part.copy()
     ids = np.flatnonzero(has)
     c = chosen[ids]
-    for j, order in enumerate(orders):
+    for j, s in enumerate(sorted_parts):
         mine = cand["dim"][c] == j
-        if not mine.any():
-            continue
-        r, right = order.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
-        new_part[r] = n_parts + 2 * part[r] + right
+        if mine.any():
+            r, right = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
+            new_part[r] = n_parts + 2 * part[r] + right
     present = np.bincount(new_part, minlength=3 * n_parts) > 0
     used = np.flatnonzero(present)
-    new_final = np.concatenate((final, np.zeros(2 * n_parts, dtype=bool)))[used]
-    return (np.cumsum(present) - 1)[new_part], len(used), new_final
+    final = np.concatenate((final, np.zeros(2 * n_parts, dtype=bool)))[used]
+    part = (np.cumsum(present) - 1)[new_part]
+    orders = [o[stable_argsort(part[o])] for o in orders]      # stable: value order kept
+    return part, len(used), final, orders
 
 
 class _SortedPartitions:
     """The live rows sorted by (partition, rank of QI j); each partition is a segment."""
 
-    def __init__(self, p, rows, owner, j, sizes, by_rank):
-        n = len(p.codes)
-        order = np.argsort(owner * n + p.ranks_of(j)[rows])
+    def __init__(self, p, rows, owner, j, sizes):
         self.j = j
-        self.rows, self.owner = rows[order], owner[order]
+        self.rows, self.owner = rows, owner
         self.sizes = sizes
         self.starts = np.cumsum(sizes) - sizes
         self.strat_left = _stratified_cut(p.codes[self.rows], self.owner, len(sizes))
-        self._prefix_suffix_il(p, by_rank)
+        self._running = None
+        self._prefix_suffix_il(p)
 
-    def _prefix_suffix_il(self, p, by_rank):
-        """IL of every segment prefix ending at x (``pre[x]``) and suffix starting at x."""
-        n = len(p.codes)
-        o = self.owner * n
+    def _prefix_suffix_il(self, p):
+        """IL of every segment prefix ending at x (``pre[x]``) and suffix starting at x.
+        Segment-wise running minima and maxima: a value offset by twice its partition's
+        index (values scaled to [0, 1]) never mixes with another partition's."""
+        o = 2.0 * self.owner
         pre = np.zeros(len(self.rows))
         suf = np.zeros(len(self.rows))
-        for i, qi in enumerate(p.qis):
-            r = p.ranks_of(i)[self.rows]
-            lo = np.minimum.accumulate(r - o) + o
-            hi = np.maximum.accumulate(r + o) - o
-            slo = (np.minimum.accumulate((r + o)[::-1]) - o[::-1])[::-1]
-            shi = (np.maximum.accumulate((r - o)[::-1]) + o[::-1])[::-1]
-            pre += p.span(i, by_rank[i][lo], by_rank[i][hi])
-            suf += p.span(i, by_rank[i][slo], by_rank[i][shi])
+        for i in range(len(p.qis)):
+            v = p.unit[self.rows, i]
+            lo = np.minimum.accumulate(v - o) + o
+            hi = np.maximum.accumulate(v + o) - o
+            slo = (np.minimum.accumulate((v + o)[::-1]) - o[::-1])[::-1]
+            shi = (np.maximum.accumulate((v - o)[::-1]) + o[::-1])[::-1]
+            pre += p.unit_span(i, lo, hi)
+            suf += p.unit_span(i, slo, shi)
         d = len(p.qis)
         self.pre, self.suf = pre / d, suf / d
 
@@ -122,7 +128,7 @@ class _SortedPartitions:
         x = self.starts[q] + pos
         return pos * self.pre[x - 1] + (self.sizes[q] - pos) * self.suf[x]
 
-    def candidates(self, p, by_rank) -> dict:
+    def candidates(self, p) -> dict:
         """Candidate cuts of every live partition on this QI (arrays: owner, dim, pos,
         strat, score)."""
         k = p.k
@@ -131,15 +137,16 @@ class _SortedPartitions:
         size = self.sizes[q]
         positions = [np.clip(np.rint(f * size).astype(np.int64), k, size - k) for f in QUANTILES]
         qi = p.qis[self.j]
-        if not qi.numerical and qi.hierarchy.n_leaves > 1:
-            positions += [self._snap(p, q, pos, by_rank) for pos in positions]
-        positions.append(self._best_position(q, k))
+        if SNAP and not qi.numerical and qi.hierarchy.n_leaves > 1:
+            positions += [self._snap(p, q, pos) for pos in positions]
+        if BEST:
+            positions.append(self._best_position(q, k))
         owners = np.concatenate([q] * len(positions))
         pos = np.concatenate(positions)
         scores = self.score(owners, pos)
         key, first = np.unique(owners * (len(self.rows) + 1) + pos, return_index=True)
         owners, pos, scores = owners[first], pos[first], scores[first]
-        s_owner, s_score = self._stratified_scores(p, by_rank)
+        s_owner, s_score = self._stratified_scores(p)
         if not STRATIFIED:
             s_owner, s_score = s_owner[:0], s_score[:0]
         return {"owner": np.concatenate((owners, s_owner)),
@@ -148,7 +155,7 @@ class _SortedPartitions:
                 "strat": np.concatenate((np.zeros(len(owners), bool), np.ones(len(s_owner), bool))),
                 "score": np.concatenate((scores, s_score))}
 
-    def _snap(self, p, q, pos, by_rank):
+    def _snap(self, p, q, pos):
         """``pos`` moved to the boundary between children of the partition's lowest common
         ancestor that holds the row at ``pos`` (a categorical QI with a hierarchy)."""
         h = p.qis[self.j].hierarchy
@@ -176,7 +183,7 @@ class _SortedPartitions:
         best[own[firsts]] = pos[firsts]
         return best[q]
 
-    def _stratified_scores(self, p, by_rank):
+    def _stratified_scores(self, p):
         """Score of the stratified cut of every partition with >= k rows each side."""
         left = self.strat_left
         n_left = np.bincount(self.owner, weights=left, minlength=len(self.sizes))
@@ -196,6 +203,38 @@ class _SortedPartitions:
         owners = np.unique(label[starts] // 2)
         total = np.bincount(label[starts] // 2, weights=il * count, minlength=len(self.sizes))
         return owners, total[owners]
+
+    def row_groups(self, p, mine, cand):
+        """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
+        seg = self.starts[cand["owner"][mine]]
+        size = self.sizes[cand["owner"][mine]]
+        idx = np.repeat(seg - np.cumsum(size) + size, size) + np.arange(size.sum())
+        c = np.repeat(mine, size)
+        right = idx - np.repeat(seg, size) >= cand["pos"][c]
+        s = cand["strat"][c]
+        right[s] = ~self.strat_left[idx[s]]
+        return _grouped(2 * c + right, p.codes[self.rows[idx]], p.domain.m)
+
+    def histograms(self, p, mine, cand):
+        """(group, code, count) of both parts of the candidates ``mine``, from running code
+        counts along the order (a prefix cut's left part is a difference of two of them)."""
+        m = p.domain.m
+        if self._running is None:
+            onehot = np.zeros((len(self.rows) + 1, m), dtype=np.int32)
+            onehot[np.arange(1, len(self.rows) + 1), p.codes[self.rows]] = 1
+            self._running = np.cumsum(onehot, axis=0, dtype=np.int32)
+            self._strat = np.bincount(self.owner * m + p.codes[self.rows], weights=self.strat_left,
+                                      minlength=len(self.sizes) * m).reshape(-1, m).astype(np.int32)
+        q = cand["owner"][mine]
+        seg = self.starts[q]
+        left = self._running[seg + cand["pos"][mine]] - self._running[seg]
+        s = cand["strat"][mine]
+        left[s] = self._strat[q[s]]
+        right = self._running[seg + self.sizes[q]] - self._running[seg] - left
+        both = np.stack((left, right), axis=1).reshape(-1, m)          # rows 2i, 2i + 1
+        nz = np.flatnonzero(both)
+        group = 2 * mine[nz // (2 * m)] + (nz // m) % 2
+        return group, nz % m, both.reshape(-1)[nz].astype(np.int64)
 
     def members(self, q, pos, strat):
         """Rows of partitions q and whether each goes right, for the cuts (pos, strat)."""
@@ -221,15 +260,19 @@ def _check_best_first(p, orders, cand, n_parts) -> np.ndarray:
     chosen = np.full(n_parts, -1, dtype=np.int64)
     done = np.zeros(n_parts, dtype=bool)
     lo, width = 0, FIRST_BATCH
+    checked = np.zeros(len(order), dtype=bool)
     while lo <= rank.max() if len(rank) else False:
-        pick = order[(rank >= lo) & (rank < lo + width) & ~done[owner]]
+        sel = (rank >= lo) & (rank < lo + width) & ~done[owner] & ~checked
+        checked |= sel
+        pick = order[sel]
         if not len(pick):
             break
+        copies = int(np.bincount(cand["owner"][pick]).max())
         if lo == 0 and LAMBDA:
-            ok, emd = _check(p, orders, cand, pick, width, True)
+            ok, emd = _check(p, orders, cand, pick, copies, True)
             score = cand["score"][pick] * (1 + LAMBDA * emd / p.t)
         else:
-            ok = _check(p, orders, cand, pick, width)
+            ok = _check(p, orders, cand, pick, copies)
             score = cand["score"][pick]
         good, score = pick[ok], score[ok]
         # the best passing candidate of each partition
@@ -245,38 +288,33 @@ def _check_best_first(p, orders, cand, n_parts) -> np.ndarray:
 
 def _check(p, orders, cand, pick, copies, with_emd=False) -> np.ndarray:
     """Exact check of the candidates ``pick`` (at most ``copies`` per partition): both parts
-    k-anonymous and t-close."""
-    rows, labels = [], []
+    k-anonymous and t-close.  Each part's SA histogram comes from the rows (cost: the rows of
+    every candidate) or, when that is cheaper, from running code counts along the QI's order
+    (cost: m per candidate, plus n m to make the counts)."""
+    m = p.domain.m
+    parts = []
     for j, order in enumerate(orders):
         mine = pick[cand["dim"][pick] == j]
         if not len(mine):
             continue
-        seg = order.starts[cand["owner"][mine]]
         size = order.sizes[cand["owner"][mine]]
-        idx = np.repeat(seg - np.cumsum(size) + size, size) + np.arange(size.sum())
-        c = np.repeat(mine, size)
-        pos_in = idx - np.repeat(seg, size)
-        right = pos_in >= cand["pos"][c]
-        s = cand["strat"][c]
-        right[s] = ~order.strat_left[idx[s]]
-        rows.append(order.rows[idx])
-        labels.append(2 * c + right)
-    return t_close_groups(p, np.concatenate(labels), np.concatenate(rows), copies, pick, with_emd)
+        dense = len(order.rows) * m <= DENSE_LIMIT and (len(order.rows) + 2 * len(mine)) * m < DENSE_GAIN * size.sum()
+        parts.append(order.histograms(p, mine, cand) if dense else order.row_groups(p, mine, cand))
+    ec, codes, counts = (np.concatenate([x[i] for x in parts]) for i in range(3))
+    return t_close_groups(p, ec, codes, counts, copies, pick, with_emd)
 
 
-def t_close_groups(p, labels, rows, copies, pick, with_emd=False) -> np.ndarray:
-    """Exact check of groups that may share rows (each row in at most ``copies`` groups):
-    the table's distribution is scaled by ``copies`` and the remainder is one extra group, so
-    every group's EMD is against the table's distribution.  Returns, per candidate of
-    ``pick``, whether its two groups 2c and 2c + 1 both pass."""
+def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.ndarray:
+    """Exact check of groups 2c, 2c + 1 (parts of candidate c; one row per (group, SA code)
+    with its count) that may share rows, each row in at most ``copies`` groups: the table's
+    counts scaled by ``copies`` less the groups' is one extra group, so every group's EMD is
+    against the table's distribution.  Returns, per candidate of ``pick``, whether both of
+    its groups pass (and, ``with_emd``, the larger of their EMDs)."""
     m = p.domain.m
-    codes = p.codes[rows]
-    key, counts = np.unique(labels * m + codes, return_counts=True)
-    ec, cc = key // m, key % m
-    rest = copies * p.table_counts - np.bincount(codes, minlength=m)
+    rest = copies * p.table_counts - np.bincount(codes, weights=counts, minlength=m).astype(np.int64)
     present = np.flatnonzero(rest)
     exact = domain_class_emds(np.concatenate((np.full(len(present), -1), ec)),
-                              np.concatenate((present, cc)),
+                              np.concatenate((present, codes)),
                               np.concatenate((rest[present], counts)), p.domain)
     bad = exact.violating(p.t, p.k)
     good = np.zeros(2 * (int(pick.max()) + 1), dtype=bool)
@@ -287,3 +325,42 @@ def t_close_groups(p, labels, rows, copies, pick, with_emd=False) -> np.ndarray:
         e[exact.class_ids[keep]] = exact.emd[keep]
         return good[2 * pick] & good[2 * pick + 1], np.maximum(e[2 * pick], e[2 * pick + 1])
     return good[2 * pick] & good[2 * pick + 1]
+
+
+def _grouped(labels, codes, m):
+    """(group, code, count) of rows labelled by group, sorted by (group, code)."""
+    key = labels * m + codes
+    size = (int(labels.max()) + 1) * m
+    if size <= max(4 * len(key), 1 << 20):          # counting beats sorting
+        hist = np.bincount(key, minlength=size)
+        key = np.flatnonzero(hist)
+        counts = hist[key]
+    else:
+        key, counts = np.unique(key, return_counts=True)
+    return key // m, key % m, counts.astype(np.int64)
+
+
+def merge_resplit(p: Partitioner, ec: np.ndarray, group: int = 2, offset: int = 0) -> np.ndarray:
+    """Merge ``group`` classes adjacent in Hilbert order (their rows' mean tie rank), search
+    the union's cuts again, and keep the new classes of a union where its summed IL fell.
+    A union of t-close classes is t-close (EMD is convex in the class distribution), so the
+    search starts from a valid partition; every kept class passed the exact check."""
+    ec = np.asarray(ec, dtype=np.int64)
+    n_classes = int(ec.max()) + 1
+    centre = np.bincount(ec, weights=p.ties, minlength=n_classes) / np.bincount(ec, minlength=n_classes)
+    slot = np.empty(n_classes, dtype=np.int64)
+    slot[np.argsort(centre, kind="stable")] = np.arange(n_classes)
+    union = ((slot + offset) // group)[ec]
+    new = cut_search(p, union)
+    before = _il_sums(p, ec, union)
+    after = _il_sums(p, new, union)
+    better = after < before - 1e-9
+    n_new = int(new.max()) + 1
+    return np.unique(np.where(better[union], new + n_classes, ec), return_inverse=True)[1].reshape(-1) \
+        if n_new else ec
+
+
+def _il_sums(p, ec, union):
+    """Summed IL of the rows of every union, under the classes ``ec``."""
+    spans = p.spans(ec, int(ec.max()) + 1).mean(axis=1)
+    return np.bincount(union, weights=spans[ec], minlength=int(union.max()) + 1)

@@ -45,6 +45,7 @@ class Partitioner:
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
         self.ranks = None       # per QI, every row's position in its order (see rank)
         self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
+        self._unit = None
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
@@ -83,6 +84,25 @@ class Partitioner:
                 self._span_tables[j] = (h.leaf_count[h.lca_node(a, b)] - 1) / (h.n_leaves - 1)
             return self._span_tables[j][lo * h.n_leaves + hi]
         return (h.leaf_count[h.lca_node(lo, hi)] - 1) / (h.n_leaves - 1)
+
+    @property
+    def unit(self) -> np.ndarray:
+        """QI values scaled to [0, 1] (categorical: leaf position over the leaves - 1), made
+        on first use; :meth:`unit_span` gives their spans (for scoring, not for output)."""
+        if self._unit is None:
+            lo = self.columns.min(axis=0)
+            self._unit_scale = np.array([self.scale[j] if qi.numerical else
+                                         max(qi.hierarchy.n_leaves - 1, 1) for j, qi in enumerate(self.qis)])
+            self._unit_lo = np.where([qi.numerical for qi in self.qis], lo, 0.0)
+            self._unit = np.asfortranarray((self.columns - self._unit_lo) / self._unit_scale)
+        return self._unit
+
+    def unit_span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """:meth:`span` of QI j from values of :attr:`unit`."""
+        if self.qis[j].numerical:
+            return hi - lo
+        s = self._unit_scale[j]
+        return self.span(j, np.rint(lo * s), np.rint(hi * s))
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0

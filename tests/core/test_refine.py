@@ -3,6 +3,7 @@ the exact check of candidate groups that share rows."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sabre_pg.core import exact_emd as X
 from sabre_pg.core.cut_search import t_close_groups
@@ -28,7 +29,8 @@ def test_an_off_median_cut_where_mondrian_stops():
 
 def test_shared_rows_are_checked_against_the_table():
     """Groups that overlap (two candidate cuts of one partition) get the EMD each would have
-    alone against the table's distribution."""
+    alone against the table's distribution; both histogram paths agree."""
+    from sabre_pg.core.cut_search import _grouped
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 6, 200)
     qi = [QuasiIdentifier("x", rng.random(200))]
@@ -36,9 +38,24 @@ def test_shared_rows_are_checked_against_the_table():
     p = Partitioner(qi, codes, dom, 0.12, 5)
     rows = np.r_[np.arange(100), np.arange(100)]            # candidate 0 and 1 share rows 0..99
     labels = np.r_[np.arange(100) >= 40, 2 + (np.arange(100) >= 70)]
-    ok = t_close_groups(p, labels, rows, 2, np.array([0, 1]))
+    ok, emd = t_close_groups(p, *_grouped(labels, codes[rows], 6), 2, np.array([0, 1]), True)
     for c, cut in enumerate((40, 70)):
         ec = np.r_[np.zeros(cut), np.ones(100 - cut), np.full(100, 2)].astype(np.int64)
         e = X.ordered_class_emds(ec, codes, np.ones(200, dtype=np.int64), 6)
         alone = ~e.violating(0.12, 5)
         assert ok[c] == (alone[0] and alone[1])
+        assert emd[c] == max(e.emd[0], e.emd[1])
+
+
+@pytest.mark.parametrize("dense", [0, 1 << 30])
+def test_row_and_running_count_checks_agree(dense, monkeypatch):
+    """The exact check from gathered rows and from running SA counts gives the same classes."""
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(1_500, seed=2)
+    monkeypatch.setattr(CS, "DENSE_LIMIT", dense)
+    monkeypatch.setattr(CS, "DENSE_GAIN", 1 << 20)
+    ec = refine(qis, codes, dom, 0.3, 4)
+    assert X.ordered_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom.m).violations(0.3, 4) == 0
+    monkeypatch.setattr(CS, "DENSE_LIMIT", 1 << 30 if not dense else 0)
+    assert np.array_equal(ec, refine(qis, codes, dom, 0.3, 4))
