@@ -188,7 +188,8 @@ def _median_cut(owner, v, sizes, n_parts) -> np.ndarray:
 def _stratified_cut(codes, owner, n_parts) -> np.ndarray:
     """Rows sorted by (partition, value): left = the first half, in value order, of each SA
     code's rows of the partition; odd counts round up and down alternately (dichotomize)."""
-    order = np.lexsort((codes, owner))          # stable: value order within each (owner, code)
+    m = int(codes.max()) + 1 if len(codes) else 1
+    order = stable_argsort(owner * m + codes)   # stable: value order within each (owner, code)
     o, c = owner[order], codes[order]
     new = np.r_[True, (o[1:] != o[:-1]) | (c[1:] != c[:-1])]
     group = np.cumsum(new) - 1
