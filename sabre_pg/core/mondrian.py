@@ -13,7 +13,8 @@ and k-anonymous by the same exact arithmetic as ``sabre_verify``.
 
 All partitions of one round are cut together with numpy (one sort of the active rows per
 round), so a round costs O(n log n) and there are about log2(n/k) rounds plus retries.
-:func:`cut_round` is also the re-cut step of the refinement (:mod:`.refine`).
+:class:`Partitioner` and the stratified cut are shared with the refinement's cut search
+(:mod:`.cut_search`).
 """
 from __future__ import annotations
 
