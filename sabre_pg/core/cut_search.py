@@ -110,18 +110,23 @@ class _SortedPartitions:
     def _prefix_suffix_il(self, p):
         """IL of every segment prefix ending at x (``pre[x]``) and suffix starting at x.
         Segment-wise running minima and maxima: a value offset by twice its partition's
-        index (values scaled to [0, 1]) never mixes with another partition's."""
+        index (numerical values scaled to [0, 1]; leaf positions offset by 2 L times it, in
+        integers) never mixes with another partition's."""
         o = 2.0 * self.owner
         pre = np.zeros(len(self.rows))
         suf = np.zeros(len(self.rows))
-        for i in range(len(p.qis)):
-            v = p.unit[self.rows, i]
-            lo = np.minimum.accumulate(v - o) + o
-            hi = np.maximum.accumulate(v + o) - o
-            slo = (np.minimum.accumulate((v + o)[::-1]) - o[::-1])[::-1]
-            shi = (np.maximum.accumulate((v - o)[::-1]) + o[::-1])[::-1]
-            pre += p.unit_span(i, lo, hi)
-            suf += p.unit_span(i, slo, shi)
+        for i, qi in enumerate(p.qis):
+            if qi.numerical:
+                v, off = p.unit[self.rows, i], o
+            else:                          # leaf positions, offset exactly in integers
+                v = p.columns[self.rows, i].astype(np.int64)
+                off = self.owner * (2 * qi.hierarchy.n_leaves)
+            lo = np.minimum.accumulate(v - off) + off
+            hi = np.maximum.accumulate(v + off) - off
+            slo = (np.minimum.accumulate((v + off)[::-1]) - off[::-1])[::-1]
+            shi = (np.maximum.accumulate((v - off)[::-1]) + off[::-1])[::-1]
+            pre += (hi - lo) if qi.numerical else p.span(i, lo, hi)
+            suf += (shi - slo) if qi.numerical else p.span(i, slo, shi)
         d = len(p.qis)
         self.pre, self.suf = pre / d, suf / d
 

@@ -88,22 +88,11 @@ class Partitioner:
 
     @property
     def unit(self) -> np.ndarray:
-        """QI values scaled to [0, 1] (categorical: leaf position over the leaves - 1), made
-        on first use; :meth:`unit_span` gives their spans (for scoring, not for output)."""
+        """QI values scaled to [0, 1] by the table's range (numerical QIs; the spans of the
+        cut search's scores), made on first use."""
         if self._unit is None:
-            lo = self.columns.min(axis=0)
-            self._unit_scale = np.array([self.scale[j] if qi.numerical else
-                                         max(qi.hierarchy.n_leaves - 1, 1) for j, qi in enumerate(self.qis)])
-            self._unit_lo = np.where([qi.numerical for qi in self.qis], lo, 0.0)
-            self._unit = np.asfortranarray((self.columns - self._unit_lo) / self._unit_scale)
+            self._unit = np.asfortranarray((self.columns - self.columns.min(axis=0)) / self.scale)
         return self._unit
-
-    def unit_span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """:meth:`span` of QI j from values of :attr:`unit`."""
-        if self.qis[j].numerical:
-            return hi - lo
-        s = self._unit_scale[j]
-        return self.span(j, np.rint(lo * s), np.rint(hi * s))
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
