@@ -2,10 +2,14 @@
 
 Every run is checked by the exact EMD (``exact_emd.domain_class_emds``) and reports AIL (ours,
 (L-1)/(N-1)), the paper's AIL (L/N), real closeness, classes, seconds and violations.
+The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
 
   python benchmarks/bench_methods.py adult              # Adult, occupation SA, t = 0.2, k = 5
   python benchmarks/bench_methods.py census --rows 100000 [--flat]
   python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
+  --methods ak,knn,mondrian,refine,refine-w                # refine-w: emd_weight 0.2
+
+Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
 
 Adult is read from ``$SABRE_DATA`` (default /work/shared/data)/adult with its ARX hierarchies.
 """
@@ -23,12 +27,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sabre_pg.core.emd import SADomain  # noqa: E402
+from sabre_pg.core import metrics  # noqa: E402
 from sabre_pg.core.exact_emd import domain_class_emds  # noqa: E402
+from sabre_pg.core.generalize import ECIndex  # noqa: E402
 from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
-from sabre_pg.core.sabre import QuasiIdentifier, anonymize  # noqa: E402
+from sabre_pg.core.refine import refine  # noqa: E402
+from sabre_pg.core.sabre import QuasiIdentifier, anonymize, generalize_classes  # noqa: E402
 from sabre_pg.synthetic import census  # noqa: E402
 
-LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine"}
+LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
+         "refine-w": "refine, emd_weight 0.2"}
+EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
 
 
 def adult(data_dir: Path):
@@ -58,23 +67,28 @@ def flat(domain: SADomain) -> SADomain:
 
 
 def run(qis, codes, domain, t, k, method) -> dict:
-    tic = time.perf_counter()
-    r = anonymize(qis, codes, domain, t, k, method=method)
-    seconds = time.perf_counter() - tic
-    m = r.metrics()
-    exact = domain_class_emds(r.ec, codes, np.ones(len(codes), dtype=np.int64), domain)
-    return {"method": method, "t": t, "k": k, "ail": m["ail"], "ail_paper": m["ail_paper"],
-            "closeness": exact.max_emd, "classes": r.n_classes, "seconds": seconds,
+    tic, cpu = time.perf_counter(), time.process_time()
+    if method == "refine-w":
+        ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
+    else:
+        ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False).ec
+    seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu
+    index = ECIndex(ec)
+    _, il, il_paper = generalize_classes(qis, index, paper=True)
+    exact = domain_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), domain)
+    return {"method": method, "t": t, "k": k, "ail": metrics.ail(il, index.sizes),
+            "ail_paper": metrics.ail(il_paper, index.sizes), "closeness": exact.max_emd,
+            "classes": index.n_classes, "seconds": seconds, "cpu": cpu,
             "violations": exact.violations(t, k)}
 
 
 def table(records, title) -> str:
-    lines = ["### " + title, "", "| t | k | method | AIL | AIL (paper L/N) | real closeness | classes | s | violations |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["### " + title, "", "| t | k | method | AIL | AIL (paper L/N) | real closeness | classes | s (CPU s) "
+             "| violations |", "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
-        lines.append("| %g | %d | %s | %.3f | %.3f | %.3f | %d | %.2f | %d |" % (
+        lines.append("| %g | %d | %s | %.3f | %.3f | %.3f | %d | %.2f (%.2f) | %d |" % (
             r["t"], r["k"], LABEL[r["method"]], r["ail"], r["ail_paper"], r["closeness"], r["classes"],
-            r["seconds"], r["violations"]))
+            r["seconds"], r["cpu"], r["violations"]))
     return "\n".join(lines)
 
 
@@ -104,7 +118,7 @@ def main(argv=None) -> int:
         qis, codes, dom = census(a.rows, seed=1)
         if a.flat:
             dom = flat(dom)
-        configs = [(0.15, 6), (0.25, 6), (0.35, 6), (0.35, 2), (0.35, 10), (0.35, 20)]
+        configs = [(t, k) for t in (0.15, 0.25, 0.35) for k in (2, 6, 10, 20)]
         title = "census-like, %d rows, salary %s SA" % (a.rows, "flat" if a.flat else "numerical")
         if a.data == "speed":
             configs, methods = [(0.35, 6)], ["ak", "refine"]

@@ -195,8 +195,8 @@ def check_method(method):
     if method not in METHODS:
         raise E.invalid_parameter("unknown method %s" % json.dumps(method),
                                   "Use method => 'ak' (SABRE-AK, Hilbert curve), 'knn' (SABRE-KNN, "
-                                  "exact nearest neighbours), 'mondrian' (t-Mondrian) or 'refine' (t-Mondrian refined "
-                                  "by stratified cuts).")
+                                  "exact nearest neighbours), 'mondrian' (t-Mondrian) or 'refine' (t-Mondrian with "
+                                  "a searched t-close cut).")
 
 
 def _choice(opts, name, default, allowed, hint):

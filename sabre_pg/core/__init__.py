@@ -14,7 +14,8 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``metrics``               §3.2/§6 IL, AIL, closeness, discernibility, AECS
 ``exact_emd``             exact (integer) class EMDs: ordered, hierarchical, equal
 ``mondrian``              §6 baseline tMondrian (method 'mondrian'), exact EMD per cut
-``refine``                t-Mondrian's classes cut further by stratified cuts (method 'refine')
+``refine``                t-Mondrian with a searched t-close cut (method 'refine')
+``cut_search``            the candidate cuts, scored by IL, checked by the exact EMD
 ``sabre``                 the pipeline (Algorithm 1): ``SAPlan``, ``anonymize``
 ``window``                §5 SABRE_W: windows, the three cases, S_G (``advance``, ``StreamRun``)
 ``fragments``             several SAs: the thesis's fragments (joint bucketization), sizing

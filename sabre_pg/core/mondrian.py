@@ -13,7 +13,8 @@ and k-anonymous by the same exact arithmetic as ``sabre_verify``.
 
 All partitions of one round are cut together with numpy (one sort of the active rows per
 round), so a round costs O(n log n) and there are about log2(n/k) rounds plus retries.
-:func:`cut_round` is also the re-cut step of the refinement (:mod:`.refine`).
+:class:`Partitioner` and the stratified cut are shared with the refinement's cut search
+(:mod:`.cut_search`).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
 
 __all__ = ["mondrian", "Partitioner"]
+
+SPAN_TABLE_LEAVES = 1024     # categorical QIs up to this many leaves: spans by table lookup
 
 
 class Partitioner:
@@ -42,6 +45,8 @@ class Partitioner:
         self.scale = np.where(hi > lo, hi - lo, 1.0)
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
         self.ranks = None       # per QI, every row's position in its order (see rank)
+        self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
+        self._unit = None
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
@@ -51,13 +56,43 @@ class Partitioner:
     def rank(self, rows: np.ndarray, dim: np.ndarray) -> np.ndarray:
         """Each row's position (0..n-1) in the order of QI ``dim[i]`` for row ``rows[i]``, ties
         broken by ``ties`` (else by row): one sort per QI, made on first use."""
+        return self.ranks_of(None)[rows, dim]
+
+    def ranks_of(self, j):
+        """Every row's position in the order of QI j (all QIs: j None); see :meth:`rank`."""
         if self.ranks is None:
             n, d = self.columns.shape
             self.ranks = np.empty((n, d), dtype=np.int64, order="F")
-            for j in range(d):
-                keys = (self.columns[:, j],) if self.ties is None else (self.ties, self.columns[:, j])
-                self.ranks[np.lexsort(keys), j] = np.arange(n)
-        return self.ranks[rows, dim]
+            for i in range(d):
+                keys = (self.columns[:, i],) if self.ties is None else (self.ties, self.columns[:, i])
+                self.ranks[np.lexsort(keys), i] = np.arange(n)
+        return self.ranks if j is None else self.ranks[:, j]
+
+    def span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Normalized span of QI j over parts with smallest values ``lo`` and largest ``hi``:
+        the range over the table's, or the IL (L - 1)/(N - 1) of the lowest common ancestor."""
+        qi = self.qis[j]
+        if qi.numerical:
+            return (hi - lo) / self.scale[j]
+        h = qi.hierarchy
+        if h.n_leaves <= 1:
+            return np.zeros(len(lo))
+        lo, hi = lo.astype(np.int64), hi.astype(np.int64)
+        if h.n_leaves <= SPAN_TABLE_LEAVES:          # every (lo, hi) pair looked up
+            if j not in self._span_tables:
+                a = np.repeat(np.arange(h.n_leaves), h.n_leaves)
+                b = np.tile(np.arange(h.n_leaves), h.n_leaves)
+                self._span_tables[j] = (h.leaf_count[h.lca_node(a, b)] - 1) / (h.n_leaves - 1)
+            return self._span_tables[j][lo * h.n_leaves + hi]
+        return (h.leaf_count[h.lca_node(lo, hi)] - 1) / (h.n_leaves - 1)
+
+    @property
+    def unit(self) -> np.ndarray:
+        """QI values scaled to [0, 1] by the table's range (numerical QIs; the spans of the
+        cut search's scores), made on first use."""
+        if self._unit is None:
+            self._unit = np.asfortranarray((self.columns - self.columns.min(axis=0)) / self.scale)
+        return self._unit
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
@@ -68,14 +103,9 @@ class Partitioner:
         present = np.flatnonzero(sizes)
         starts = np.concatenate(([0], np.cumsum(sizes[present])[:-1]))
         out = np.zeros((n_parts, len(self.qis)))
-        for j, qi in enumerate(self.qis):
+        for j in range(len(self.qis)):
             v = self.columns[:, j][order]
-            lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
-            if qi.numerical:
-                out[present, j] = (hi - lo) / self.scale[j]
-            elif qi.hierarchy.n_leaves > 1:
-                node = qi.hierarchy.lca_node(lo.astype(np.int64), hi.astype(np.int64))
-                out[present, j] = (qi.hierarchy.leaf_count[node] - 1) / (qi.hierarchy.n_leaves - 1)
+            out[present, j] = self.span(j, np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts))
         return out
 
     def t_close(self, labels: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +178,8 @@ def _median_cut(owner, v, sizes, n_parts) -> np.ndarray:
 def _stratified_cut(codes, owner, n_parts) -> np.ndarray:
     """Rows sorted by (partition, value): left = the first half, in value order, of each SA
     code's rows of the partition; odd counts round up and down alternately (dichotomize)."""
-    order = np.lexsort((codes, owner))          # stable: value order within each (owner, code)
+    m = int(codes.max()) + 1 if len(codes) else 1
+    order = stable_argsort(owner * m + codes)   # stable: value order within each (owner, code)
     o, c = owner[order], codes[order]
     new = np.r_[True, (o[1:] != o[:-1]) | (c[1:] != c[:-1])]
     group = np.cumsum(new) - 1

@@ -1,38 +1,40 @@
-"""Refinement (``method => 'refine'``): t-Mondrian's classes cut further by SABRE's idea.
+"""Refinement (``method => 'refine'``): t-Mondrian's top-down partitioning with a searched cut.
 
-t-Mondrian (:mod:`.mondrian`) stops when no median cut of a class keeps both parts t-close:
-a cut by QI alone moves the SA distribution.  SABRE's dichotomize halves a class *by SA
-value* instead, so both halves keep about the class's SA distribution.  The refinement joins
-the two: every t-Mondrian class is cut again on its widest QI, but stratified -- of each SA
-value's rows, the half with the smaller QI values goes left (odd counts round up and down
-alternately, as dichotomize does; rows with equal values of the QI in Hilbert order) -- and
-then Mondrian-style again while cuts are allowed, each QI tried widest first, a median cut
-before a stratified one.
+t-Mondrian (:mod:`.mondrian`) cuts a partition at the median of its widest QI and stops it as
+soon as that cut (and the median of every other QI) moves a part's SA distribution beyond t.
+The refinement cuts the same way, top down from the whole table (or from given classes), but
+each partition keeps the cut, among many candidates on every QI, that lowers the information
+loss most while both parts stay k-anonymous and t-close by the exact EMD
+(:mod:`.cut_search`: quantile cuts, cuts along a categorical QI's hierarchy, the least-IL
+position, and SABRE's stratified cut that halves every SA value's rows).
 
-Safety: a cut is kept only if both parts have >= k rows and an *exact* EMD to the table of at
-most t (:func:`.mondrian.cut_round`), so every published class is checked by exact arithmetic
-whatever the cut rule.  Utility: the refinement only cuts t-Mondrian's classes, and a part's
-range (or lowest common ancestor) lies within its class's, so no row's information loss
-grows: AIL is at most t-Mondrian's, class for class.
+Safety: a cut is kept only after the exact check of both parts, so every published class is
+t-close and k-anonymous by the arithmetic of ``sabre_verify`` whatever the search chooses.
+Utility is measured, not proven, against t-Mondrian (``benchmarks/bench_methods.py``,
+``docs/evaluation.md``): starting from t-Mondrian's classes would guarantee "never worse class
+for class", but starting from the whole table measured lower on every data set (Adult, t = 0.2:
+AIL 0.318 against 0.357).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .cut_search import cut_search
 from .emd import SADomain
 from .hilbert import hilbert_keys
-from .mondrian import Partitioner, split_all
+from .mondrian import Partitioner
 
 
-def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarray,
-           keys: np.ndarray | None = None) -> np.ndarray:
-    """Cut the t-close, k-anonymous ``classes`` (an id per row) further with median and
-    stratified cuts; returns the new class id (0..C-1) of every row.
+def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarray | None = None,
+           keys: np.ndarray | None = None, emd_weight: float = 0.0) -> np.ndarray:
+    """The class id (0..C-1) of every row: ``classes`` (t-close, k-anonymous; default: the
+    whole table as one partition) cut while a searched cut stays t-close (``emd_weight``: see
+    :func:`.cut_search.cut_search`).
 
-    ``keys`` (default: the rows' Hilbert keys) order rows with equal values of the cut QI, so
-    a stratified cut keeps together rows that are close in the other QIs (Adult, t = 0.2:
-    AIL 0.439 against 0.454 in row order)."""
+    ``keys`` (default: the rows' Hilbert keys) order rows with equal values of a QI, so cuts
+    through ties keep together rows that are close in the other QIs."""
     p = Partitioner(qis, sa_codes, domain, t, k)
     p.order_ties(hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
                  if keys is None else keys)
-    return split_all(p, np.asarray(classes, dtype=np.int64), stratify=True)
+    part = np.zeros(len(p.codes), dtype=np.int64) if classes is None else np.asarray(classes, np.int64)
+    return cut_search(p, part, emd_weight)

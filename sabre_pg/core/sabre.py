@@ -369,7 +369,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
               sa_plan: SAPlan | None = None) -> SabreResult:
     """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
     t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
-    refined by stratified cuts (``'refine'``, :mod:`.refine`).
+    with a searched cut (``'refine'``, :mod:`.refine`: the t-close cut that lowers IL most).
 
     The SA plan (bucketization, EC-size tree) and the Hilbert keys are made for every method:
     the database's side table records each tuple's bucket and key; t-Mondrian's classes do
@@ -406,12 +406,12 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     with stopwatch.phase("hilbert"):
         keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     bucket_key_order = None
-    if method in PARTITIONING:
+    if method == "refine":
+        with stopwatch.phase("refine"):
+            ec = refine(qis, sa_codes, domain, t, k, keys=keys)
+    elif method in PARTITIONING:
         with stopwatch.phase("partition"):
             ec = mondrian(qis, sa_codes, domain, t, k)
-        if method == "refine":
-            with stopwatch.phase("refine"):
-                ec = refine(qis, sa_codes, domain, t, k, ec, keys)
     else:
         with stopwatch.phase("takeout"):
             if method == "knn":

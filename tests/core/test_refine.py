@@ -1,0 +1,61 @@
+"""'refine' (cut search): cuts t-Mondrian refuses, found off the median or by stratifying, and
+the exact check of candidate groups that share rows."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sabre_pg.core import exact_emd as X
+from sabre_pg.core.cut_search import t_close_groups
+from sabre_pg.core.emd import SADomain
+from sabre_pg.core.mondrian import Partitioner, mondrian
+from sabre_pg.core.refine import refine
+from sabre_pg.core.sabre import QuasiIdentifier
+
+
+def test_an_off_median_cut_where_mondrian_stops():
+    """10 rows on one QI, table 50/50: the median cut (5 | 5) leaves 3/5 zeros left (EMD 0.1 >
+    t), so t-Mondrian keeps one class; the search cuts 4 | 6 (both 50/50)."""
+    qi = [QuasiIdentifier("x", np.arange(10, dtype=np.float64))]
+    codes = np.array([0, 0, 1, 1, 0, 1, 1, 0, 0, 1])
+    dom = SADomain("numerical", m=2)
+    t, k = 0.05, 2
+    assert mondrian(qi, codes, dom, t, k).tolist() == [0] * 10
+    ec = refine(qi, codes, dom, t, k)
+    e = X.ordered_class_emds(ec, codes, np.ones(10, dtype=np.int64), 2)
+    assert e.violations(t, k) == 0 and e.classes >= 2
+    assert len(set(ec[:4])) < 4 and not set(ec[:4]) & set(ec[4:])    # first cut at 4
+
+
+def test_shared_rows_are_checked_against_the_table():
+    """Groups that overlap (two candidate cuts of one partition) get the EMD each would have
+    alone against the table's distribution; both histogram paths agree."""
+    from sabre_pg.core.cut_search import _grouped
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 6, 200)
+    qi = [QuasiIdentifier("x", rng.random(200))]
+    dom = SADomain("numerical", m=6)
+    p = Partitioner(qi, codes, dom, 0.12, 5)
+    rows = np.r_[np.arange(100), np.arange(100)]            # candidate 0 and 1 share rows 0..99
+    labels = np.r_[np.arange(100) >= 40, 2 + (np.arange(100) >= 70)]
+    ok, emd = t_close_groups(p, *_grouped(labels, codes[rows], 6), 2, np.array([0, 1]), True)
+    for c, cut in enumerate((40, 70)):
+        ec = np.r_[np.zeros(cut), np.ones(100 - cut), np.full(100, 2)].astype(np.int64)
+        e = X.ordered_class_emds(ec, codes, np.ones(200, dtype=np.int64), 6)
+        alone = ~e.violating(0.12, 5)
+        assert ok[c] == (alone[0] and alone[1])
+        assert emd[c] == max(e.emd[0], e.emd[1])
+
+
+@pytest.mark.parametrize("dense", [0, 1 << 30])
+def test_row_and_running_count_checks_agree(dense, monkeypatch):
+    """The exact check from gathered rows and from running SA counts gives the same classes."""
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(1_500, seed=2)
+    monkeypatch.setattr(CS, "DENSE_LIMIT", dense)
+    monkeypatch.setattr(CS, "DENSE_GAIN", 1 << 20)
+    ec = refine(qis, codes, dom, 0.3, 4)
+    assert X.ordered_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom.m).violations(0.3, 4) == 0
+    monkeypatch.setattr(CS, "DENSE_LIMIT", 1 << 30 if not dense else 0)
+    assert np.array_equal(ec, refine(qis, codes, dom, 0.3, 4))
