@@ -8,7 +8,7 @@ occupation and education (both hierarchical), for each t vector: AIL, classes an
 * ``fragments``  -- joint bucketization (the thesis's fragments, generalized; core.fragments),
 * ``merge``      -- SABRE §7: SABRE on the most constraining SA, then neighbour merges,
 * ``single:<sa>`` -- SABRE on each SA alone (its t), which need not hold for the other SAs,
-* ``mondrian``   -- reference Mondrian (median splits of the widest QI) accepting a split only
+* ``mondrian``   -- the product's t-Mondrian with every SA checked (core.mondrian.joint_mondrian), a cut kept only
   if both halves keep >= k rows and are t_i-close on every SA (``sabre_pg.bench.multi_sa``,
   shared with ``sabre-pg bench --multi-sa``, which runs this comparison in the database),
 

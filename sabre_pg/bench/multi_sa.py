@@ -7,9 +7,10 @@ Every t vector runs, on the same table:
   ``auto`` of :mod:`sabre_pg.core.multi_sa`, the only one the SQL overload runs);
 * ``single:<sa>``   -- ``sabre_anonymize`` on each SA alone with its t, which need not hold for
   the other SAs (its classes over some t are counted);
-* ``mondrian``      -- the reference Mondrian (:func:`mondrian`, numpy in the client) on the
-  rows read from the table: median splits of the widest normalized QI, a split kept only if
-  both halves have >= k rows and are t_i-close on every SA.
+* ``mondrian``      -- the reference: the product's t-Mondrian (:func:`mondrian`, the core's
+  ``joint_mondrian`` run in the client) on the rows read from the table: median cuts of the
+  widest normalized QI, a cut kept only if both parts have >= k rows and are t_i-close on every
+  SA by exact EMD.
 
 Each result's classes are checked on every SA with the exact EMD of ``core.exact_emd``
 (:func:`measure`).  The *cost of the second SA* is a run's AIL above the worse single-SA run
@@ -34,6 +35,7 @@ from sabre_pg.census_sql import generate_census
 from sabre_pg.core import metrics
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.generalize import ECIndex
+from sabre_pg.core.mondrian import joint_mondrian
 from sabre_pg.core.multi_sa import violating
 from sabre_pg.core.sabre import QuasiIdentifier, encode_numerical, generalize_classes
 from sabre_pg.peer import _encode_qis, _read_source, load_hierarchy
@@ -54,43 +56,12 @@ SUFFIXES = ("", "_classes", "_keys")
 
 # ---------------------------------------------------------------------------- reference Mondrian
 def mondrian(qis, codes, domains, ts, k):
-    """Reference Mondrian with every SA checked: a median split of the widest (normalized)
-    QI range is kept when both halves have >= k rows and EMD_i <= t_i on every SA.
+    """The in-product t-Mondrian (``method => 'mondrian'``, :func:`core.mondrian.joint_mondrian`)
+    with every SA checked: a cut of the widest normalized QI at its median is kept when both
+    parts have >= k rows and an exact EMD_i <= t_i on every SA.
     Returns (class per row, ECIndex, information loss per class)."""
-    n = len(codes)
-    q = [np.bincount(codes[:, i], minlength=d.m) / n for i, d in enumerate(domains)]
-    points = np.column_stack([np.asarray(qi.values, dtype=np.float64) for qi in qis])
-    spans = points.max(axis=0) - points.min(axis=0)
-    spans[spans == 0] = 1.0
-
-    def close(rows):
-        for i, d in enumerate(domains):
-            p = np.bincount(codes[rows, i], minlength=d.m) / len(rows)
-            if d.emd(p, q[i]) > ts[i]:
-                return False
-        return True
-
-    ec = np.empty(n, dtype=np.int64)
-    stack, next_id = [np.arange(n)], 0
-    while stack:
-        rows = stack.pop()
-        done = True
-        widths = (points[rows].max(axis=0) - points[rows].min(axis=0)) / spans
-        for axis in np.argsort(-widths):
-            if widths[axis] == 0:
-                break
-            values = points[rows, axis]
-            median = np.median(values)
-            left = values < median if (values < median).sum() >= len(values) / 2 else values <= median
-            a, b = rows[left], rows[~left]
-            if len(a) >= k and len(b) >= k and close(a) and close(b):
-                stack += [a, b]
-                done = False
-                break
-        if done:
-            ec[rows] = next_id
-            next_id += 1
-    index = ECIndex(ec, next_id)
+    ec = joint_mondrian(qis, codes, domains, ts, k)
+    index = ECIndex(ec, int(ec.max()) + 1 if len(ec) else 0)
     return ec, index, generalize_classes(qis, index)[1]
 
 

@@ -24,7 +24,7 @@ from .emd import SADomain
 from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
 
-__all__ = ["mondrian", "Partitioner"]
+__all__ = ["mondrian", "joint_mondrian", "Partitioner"]
 
 SPAN_TABLE_LEAVES = 1024     # categorical QIs up to this many leaves: spans by table lookup
 
@@ -46,6 +46,7 @@ class Partitioner:
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
         self.ranks = None       # per QI, every row's position in its order (see rank)
         self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
+        self.other_sas = []     # (codes, domain, t) of further SAs (add_sa)
         self._unit = None
 
     def order_ties(self, keys: np.ndarray) -> None:
@@ -108,20 +109,34 @@ class Partitioner:
             out[present, j] = self.span(j, np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts))
         return out
 
+    def add_sa(self, sa_codes: np.ndarray, domain: SADomain, t: float) -> None:
+        """Another SA every part must also be t-close on, with its own t (several SAs,
+        docs/multiple-sa.md: a cut is kept only if both parts hold on every SA)."""
+        self.other_sas.append((np.asarray(sa_codes, dtype=np.int64), domain, t))
+
     def t_close(self, labels: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact check of the groups ``labels`` (>= 0) of ``rows``: (ids, ok) with ok[i] when
-        group ids[i] has >= k rows and EMD <= t against the whole table."""
-        m = self.domain.m
-        key, counts = np.unique(labels * m + self.codes[rows], return_counts=True)
-        ec, codes = key // m, key % m
-        rest = self.table_counts - np.bincount(self.codes[rows], minlength=m)
-        present = np.flatnonzero(rest)                       # the other rows: one class, -1
-        ec = np.concatenate((np.full(len(present), -1), ec))
-        codes = np.concatenate((present, codes))
-        counts = np.concatenate((rest[present], counts))
-        exact = domain_class_emds(ec, codes, counts, self.domain)
-        keep = exact.class_ids >= 0
-        return exact.class_ids[keep], ~exact.violating(self.t, self.k)[keep]
+        group ids[i] has >= k rows and EMD <= t against the whole table, on every SA."""
+        ids, ok = _t_close(labels, self.codes[rows], self.table_counts, self.domain, self.t, self.k)
+        for codes, domain, t in self.other_sas:          # same groups: same ids, in order
+            ok &= _t_close(labels, codes[rows], np.bincount(codes, minlength=domain.m), domain, t, self.k)[1]
+        return ids, ok
+
+
+def _t_close(labels, codes, table_counts, domain: SADomain, t: float, k: int):
+    """(ids, ok) of :meth:`Partitioner.t_close` on one SA: ``codes`` are the SA codes of the
+    grouped rows; the table's other rows form one class (-1) so the EMD is to the table."""
+    m = domain.m
+    key, counts = np.unique(labels * m + codes, return_counts=True)
+    ec, codes_of = key // m, key % m
+    rest = table_counts - np.bincount(codes, minlength=m)
+    present = np.flatnonzero(rest)
+    ec = np.concatenate((np.full(len(present), -1), ec))
+    codes_of = np.concatenate((present, codes_of))
+    counts = np.concatenate((rest[present], counts))
+    exact = domain_class_emds(ec, codes_of, counts, domain)
+    keep = exact.class_ids >= 0
+    return exact.class_ids[keep], ~exact.violating(t, k)[keep]
 
 
 def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray,
@@ -205,6 +220,16 @@ def mondrian(qis, sa_codes, domain: SADomain, t: float, k: int,
     n = len(p.codes)
     part = np.zeros(n, dtype=np.int64) if part is None else _compact(part)
     return split_all(p, part)
+
+
+def joint_mondrian(qis, sa_codes: np.ndarray, domains, ts, k: int) -> np.ndarray:
+    """t-Mondrian with several SAs (``sa_codes``: n x s, one column per SA, each with its domain
+    and t): a cut is kept only if both parts are t_i-close on every SA i.  Class ids 0..C-1."""
+    codes = np.asarray(sa_codes, dtype=np.int64)
+    p = Partitioner(qis, codes[:, 0], domains[0], ts[0], k)
+    for i in range(1, codes.shape[1]):
+        p.add_sa(codes[:, i], domains[i], ts[i])
+    return split_all(p, np.zeros(len(codes), dtype=np.int64))
 
 
 def split_all(p: Partitioner, part: np.ndarray, stratify: bool = False) -> np.ndarray:

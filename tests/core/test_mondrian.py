@@ -8,7 +8,7 @@ import pytest
 from sabre_pg.core import exact_emd as X
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
-from sabre_pg.core.mondrian import Partitioner, cut_round, mondrian
+from sabre_pg.core.mondrian import Partitioner, cut_round, joint_mondrian, mondrian
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize
 from sabre_pg.synthetic import census
 
@@ -147,3 +147,19 @@ def test_stratified_cut_alternates_odd_counts_within_each_partition():
     codes = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
     left = _stratified_cut(codes, np.zeros(9, dtype=np.int64), 1)
     assert [int(left[codes == c].sum()) for c in range(3)] == [2, 1, 2]
+
+
+def test_joint_mondrian_checks_every_sa(data):
+    """Several SAs: with one SA it is t-Mondrian; a second SA with its own t only refuses cuts
+    (fewer classes), and every class holds on both SAs by exact EMD."""
+    qis, codes, dom = data
+    t, k = 0.3, 5
+    alone = mondrian(qis, codes, dom, t, k)
+    assert (joint_mondrian(qis, codes[:, None], [dom], [t], k) == alone).all()
+    second = codes % 4                              # a flat SA tied to the salary's low bits
+    dom2 = flat_domain(second)
+    both = joint_mondrian(qis, np.column_stack([codes, second]), [dom, dom2], [t, 0.05], k)
+    assert 1 < both.max() + 1 < alone.max() + 1
+    assert exact(both, codes, dom).violations(t, k) == 0
+    assert exact(both, second, dom2).violations(0.05, k) == 0
+    assert exact(alone, second, dom2).violations(0.05, k) > 0     # the second check is not idle
