@@ -199,7 +199,8 @@ def advance(plpy, name, max_advances=None):
         req = stream_request(plpy, s)
     out = []
     # small statements over one window each: a parallel plan's start-up costs more than it saves
-    with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0):
+    # (JIT never pays for them either: compiling takes longer than running them)
+    with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0, jit="off"):
         with timed(phases, "number"):
             number_rows(plpy, s, req)
         ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
@@ -255,7 +256,7 @@ def number_rows(plpy, s, req):
                                                                req.columns[s["arrival"]]["type"])
         matched = " AND r.arrival OPERATOR(pg_catalog.>=) $2::pg_catalog.numeric"
     try:
-        with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off"):
+        with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off", **arrival_range(plpy, s, req)):
             got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text", "numeric"]),
                                [since, since_n])
     except plpy.SPIError as e:
@@ -266,6 +267,20 @@ def number_rows(plpy, s, req):
     s["numbered"] += got.nrows()
     plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
         C.catalog("streams"), s["numbered"], s["stream_id"]))
+
+
+def arrival_range(plpy, s, req) -> dict:
+    """Settings for the numbering: with a btree index leading with the arrival column, the
+    candidates (arrival from the horizon on, about a step of rows) are an index range, however
+    stale the statistics of the growing source; else the source is scanned."""
+    indexed = plpy.execute(plpy.prepare(
+        "SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) "
+        "i.indrelid AND a.attnum OPERATOR(pg_catalog.=) i.indkey[0] JOIN pg_catalog.pg_class c ON c.oid "
+        "OPERATOR(pg_catalog.=) i.indexrelid JOIN pg_catalog.pg_am m ON m.oid OPERATOR(pg_catalog.=) c.relam "
+        "WHERE i.indrelid OPERATOR(pg_catalog.=) $1 AND i.indisvalid AND i.indpred IS NULL "
+        "AND m.amname OPERATOR(pg_catalog.=) 'btree' AND a.attname OPERATOR(pg_catalog.=) $2", ["oid", "name"]),
+        [req.source["oid"], s["arrival"]])
+    return dict(enable_seqscan="off") if len(indexed) else {}
 
 
 def numbering_sql(s, req, where, matched) -> str:
@@ -337,11 +352,12 @@ def slide_window(plpy, s, req, window, keys) -> str:
     # found by "= ANY" of the keys (an index scan when the key is indexed, a hashed array
     # otherwise), then given their numbers by a join with the (small) key list
     key, key_type = C.ident(req.key.name), req.key.col["type"]
-    got = plpy.execute(plpy.prepare(
-        "INSERT INTO %s SELECT s.*, u.n FROM (SELECT * FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])) "
-        "AS s JOIN ROWS FROM (pg_catalog.unnest($1::%s[]), pg_catalog.unnest($2::int8[])) AS u(k, n) "
-        "ON s.%s OPERATOR(pg_catalog.=) u.k" % (table, req.source["qname"], key, key_type, key_type, key),
-        ["text[]", "int8[]"]), [entering, list(range(start, window.last + 1))])
+    with C.settings(plpy, **key_probe(req)):
+        got = plpy.execute(plpy.prepare(
+            "INSERT INTO %s SELECT s.*, u.n FROM (SELECT * FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])) "
+            "AS s JOIN ROWS FROM (pg_catalog.unnest($1::%s[]), pg_catalog.unnest($2::int8[])) AS u(k, n) "
+            "ON s.%s OPERATOR(pg_catalog.=) u.k" % (table, req.source["qname"], key, key_type, key_type, key),
+            ["text[]", "int8[]"]), [entering, list(range(start, window.last + 1))])
     if got.nrows() != len(entering):
         raise deleted(len(entering) - got.nrows(), window)
     return table
@@ -490,47 +506,71 @@ def row_hash_sql(req, alias="s") -> str:
 
 
 def append(plpy, s, req, read, keys, window, a, p: W.Publication):
-    """Append the published classes to <output>, <output>_classes and <output>_keys: the
-    publish stage's builders write them under temporary names, then one INSERT each adds the
-    stream's columns and the class offset."""
+    """Append the published classes to <output>, <output>_classes and <output>_keys.  The
+    publish stage's builders give the classes (one temporary table, which the output's rows
+    expand) and the output's rows (inserted straight from the builder's query); the keys, row
+    hashes and class ids come from the window table by row number.  Every published row must
+    still be in the source (one index probe per key when the key is indexed), else the advance
+    fails."""
     wreq, summary, hierarchies, qis, codes, columns = read
     rows = p.rows
-    key_type = req.key.col["type"]
-    temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c", "o")}
+    key, key_type = C.ident(req.key.name), req.key.col["type"]
     published_keys = [keys[i] for i in rows.tolist()]
-    plpy.execute(plpy.prepare(
-        "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id, u.row_no FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
-        "pg_catalog.unnest($2::int8[]), pg_catalog.unnest($3::int8[])) AS u(key, ec_id, row_no)" % (temp["k"], key_type), ["text[]", "int8[]", "int8[]"]),
-        [published_keys, p.ec.tolist(), window.rows[rows].tolist()])
-    data = [c[rows] for c in columns]
-    with C.settings(plpy, enable_nestloop="off"):
-        run(plpy, publish.ClassesTable(wreq, p, data, temp["k"], hierarchies).statement(temp["c"]))
-    if not req.options.keep and publish.exact_from_codes(req.sa):
-        run(plpy, publish.output_from_classes_sql(wreq, temp["o"], temp["c"], summary, codes[rows], p))
-    else:
-        plpy.execute(publish.output_from_source_sql(wreq, temp["o"], temp["c"], temp["k"]))
-    out, classes = output_columns(req)
-    g = p.window
-    extra = "%d, %d, %d, pg_catalog.now()" % (a, g.first, g.last)
-    offset = s["next_ec"]
-    for suffix, columns_, table in (("", out, temp["o"]), ("_classes", classes, temp["c"])):
-        names = [c for c, _ in columns_[1:-len(EXTRA)]]
-        plpy.execute("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM %s AS x" % (
-            req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
-            ", ".join("x.%s" % C.ident(c) for c in names), extra, table))
-    # the values hashed are those published (the window table's); a row deleted from the source
-    # since it entered the window is not published: the advance fails
-    key = C.ident(req.key.name)
-    present = plpy.execute(plpy.prepare(
-        "SELECT pg_catalog.count(*) AS n FROM %s AS x WHERE x.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])" % (
-            req.source["qname"], key, key_type), ["text[]"]), [published_keys])[0]["n"]
+    with C.settings(plpy, **key_probe(req)):
+        present = plpy.execute(plpy.prepare(
+            "SELECT pg_catalog.count(*) AS n FROM %s AS x WHERE x.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])" % (
+                req.source["qname"], key, key_type), ["text[]"]), [published_keys])[0]["n"]
     if present != len(rows):
         raise deleted(len(rows) - present, window)
-    plpy.execute(
-        "INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, %d, %s "
-        "FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
-            req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"], key))
-    plpy.execute("DROP TABLE %s, %s, %s" % (temp["k"], temp["c"], temp["o"]))
+    temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c")}
+    by_source = req.options.keep or not publish.exact_from_codes(req.sa)
+    data = [c[rows] for c in columns]
+    classes = publish.ClassesTable(wreq, p, data, temp["k"], hierarchies)
+    if by_source or classes.exact_aggs:     # the builders that join the rows by key read them here
+        plpy.execute(plpy.prepare(
+            "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
+            "pg_catalog.unnest($2::int8[])) AS u(key, ec_id)" % (temp["k"], key_type), ["text[]", "int8[]"]),
+            [published_keys, p.ec.tolist()])
+    with C.settings(plpy, enable_nestloop="off"):
+        run(plpy, classes.statement(temp["c"]))
+    if by_source:
+        rows_sql, types, params = publish.output_from_source_sql(wreq, "x", temp["c"], temp["k"]), [], []
+    else:
+        rows_sql, types, params = publish.output_from_classes_sql(wreq, "x", temp["c"], summary, codes[rows], p)
+    out, classes_columns = output_columns(req)
+    extra = "%d, %d, %d, pg_catalog.now()" % (a, p.window.first, p.window.last)
+    offset = s["next_ec"]
+    for suffix, columns_, query in (("", out, builder_query(rows_sql, "x")),
+                                    ("_classes", classes_columns, "TABLE %s" % temp["c"])):
+        names = [c for c, _ in columns_[1:-len(EXTRA)]]
+        plpy.execute(plpy.prepare("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM (%s) AS x" % (
+            req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
+            ", ".join("x.%s" % C.ident(c) for c in names), extra, query), types if suffix == "" else []),
+            params if suffix == "" else [])
+    # the values hashed are those published (the window table's), found by row number
+    with C.settings(plpy, enable_nestloop="off", enable_mergejoin="off"):
+        plpy.execute(plpy.prepare(
+            "INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT w.%s, u.row_no, u.ec_id + %d, %d, %s "
+            "FROM ROWS FROM (pg_catalog.unnest($1::int8[]), pg_catalog.unnest($2::int8[])) AS u(row_no, ec_id) "
+            "JOIN %s AS w ON w.%s OPERATOR(pg_catalog.=) u.row_no" % (
+                req.output.qualified("_keys"), key, offset, a, row_hash_sql(req, "w"), window_table(s),
+                C.ident(ROW_NO)), ["int8[]", "int8[]"]), [window.rows[rows].tolist(), p.ec.tolist()])
+    plpy.execute("DROP TABLE IF EXISTS %s, %s" % (temp["k"], temp["c"]))
+
+
+def builder_query(sql, table) -> str:
+    """The query of a publish builder's ``CREATE TABLE <table> AS <query>``."""
+    head = "CREATE TABLE %s AS " % table
+    if not sql.startswith(head):
+        raise E.SabreError(E.INTERNAL, "unexpected publish statement", "Report this as a bug.")
+    return sql[len(head):]
+
+
+def key_probe(req) -> dict:
+    """Settings for a statement that finds a few thousand source rows by key: with the key
+    indexed, an index probe per key, whatever the (often stale) statistics of a growing
+    source say; never JIT (disabling a plan type inflates costs past its threshold)."""
+    return dict(enable_seqscan="off", jit="off") if req.key.unique else dict(jit="off")
 
 
 # ---------------------------------------------------------------------------- status, drop
