@@ -295,24 +295,18 @@ def numbering_sql(s, req, where, matched) -> str:
                 matched, key))
 
 
-def window_state(plpy, s, window):
-    """(keys, published, S_G classes) of the window's rows, in row order."""
-    r = plpy.execute(
-        "SELECT pg_catalog.array_agg(r.key ORDER BY r.row_no) AS keys FROM %s AS r "
-        "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
-            C.catalog("stream_rows"), s["stream_id"], window.first, window.last))[0]
-    keys = list(r["keys"] or [])
+def window_state(s, window):
+    """(published, S_G classes) of the window's rows, in row order, from the stream's state."""
     ahead = np.asarray(s["ahead"] or [], dtype=np.int64) - window.first
     sg_rows = np.asarray(s["sg_rows"] or [], dtype=np.int64) - window.first
-    if len(keys) != window.size or ((ahead < 0) | (ahead >= window.size)).any() or \
-            ((sg_rows < 0) | (sg_rows >= window.size)).any():
+    if ((ahead < 0) | (ahead >= window.size)).any() or ((sg_rows < 0) | (sg_rows >= window.size)).any():
         raise E.SabreError(E.INTERNAL, "the state of window %d..%d is inconsistent" % (window.first, window.last),
                            "Drop the stream and create it again; sabre_stream_verify checks its output.")
     published = np.zeros(window.size, dtype=bool)
     published[ahead] = True
     sg = np.full(window.size, -1, dtype=np.int64)
     sg[sg_rows] = np.asarray(s["sg_classes"] or [], dtype=np.int64)
-    return keys, published, sg
+    return published, sg
 
 
 def window_table(s) -> str:
@@ -320,7 +314,7 @@ def window_table(s) -> str:
     return "pg_temp.%s" % C.ident("sabre_w_window_%d" % s["stream_id"])
 
 
-def slide_window(plpy, s, req, window, keys) -> str:
+def slide_window(plpy, s, req, window) -> str:
     """The window's source rows, with their row numbers, in the session's temporary table of
     the stream (:func:`window_table`).  It is kept between the session's advances: an advance
     deletes the rows that left the window and copies only those that entered it (the I new
@@ -348,18 +342,15 @@ def slide_window(plpy, s, req, window, keys) -> str:
     else:
         rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
             row_no, req.source["qname"]))
-    entering = keys[start - window.first:]
-    # found by "= ANY" of the keys (an index scan when the key is indexed, a hashed array
-    # otherwise), then given their numbers by a join with the (small) key list
-    key, key_type = C.ident(req.key.name), req.key.col["type"]
-    with C.settings(plpy, **key_probe(req)):
-        got = plpy.execute(plpy.prepare(
-            "INSERT INTO %s SELECT s.*, u.n FROM (SELECT * FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])) "
-            "AS s JOIN ROWS FROM (pg_catalog.unnest($1::%s[]), pg_catalog.unnest($2::int8[])) AS u(k, n) "
-            "ON s.%s OPERATOR(pg_catalog.=) u.k" % (table, req.source["qname"], key, key_type, key_type, key),
-            ["text[]", "int8[]"]), [entering, list(range(start, window.last + 1))])
-    if got.nrows() != len(entering):
-        raise deleted(len(entering) - got.nrows(), window)
+    # the entering rows' keys joined with the source: an index probe per key when it is indexed
+    with C.settings(plpy, **key_probe(req, join=True)):
+        got = plpy.execute(
+            "INSERT INTO %s SELECT s.*, r.row_no FROM %s AS r JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
+            "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
+                table, C.catalog("stream_rows"), req.source["qname"], C.ident(req.key.name), req.key.col["type"],
+                s["stream_id"], start, window.last))
+    if got.nrows() != window.last - start + 1:
+        raise deleted(window.last - start + 1 - got.nrows(), window)
     return table
 
 
@@ -377,36 +368,34 @@ def deleted(n, window) -> E.SabreError:
         "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
 
 
-def read_window(plpy, s, req, window, keys):
+def read_window(plpy, s, req, window):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
     QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
-    (:func:`slide_window`), which takes the source's place in the request: the stages read it
-    as the relation."""
-    table = slide_window(plpy, s, req, window, keys)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=table))
+    (:func:`slide_window`), which takes the source's place in the request, its row numbers
+    the key's: the stages read it as the relation, and join it by row number."""
+    table = slide_window(plpy, s, req, window)
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=table), key=request.Key(
+        ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     data = scan.read(plpy, wreq, encodings, summary)
-    if data.rows != window.size:
+    order = row_order(window, data.keys)
+    if order is None:
         raise deleted(window.size - data.rows, window)
-    order = row_order(req, keys, data.keys)
     columns = [np.asarray(d)[order] for d in data.data]
     qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
     return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
 
 
-def row_order(req, state_keys, read_keys) -> np.ndarray:
-    """The permutation putting the rows as read into the window's row order."""
-    if req.key.integer:
-        want = np.array([int(k) for k in state_keys], dtype=np.int64)
-        got = np.asarray(read_keys, dtype=np.int64)
-        by_key = np.argsort(got)
-        return by_key[np.searchsorted(got[by_key], want)]
-    position = {k: i for i, k in enumerate(read_keys)}
-    return np.array([position[k] for k in state_keys], dtype=np.int64)
+def row_order(window, row_numbers):
+    """The permutation putting the rows as read (their row numbers) into the window's row
+    order; None unless they are exactly the window's rows."""
+    read = np.asarray(row_numbers, dtype=np.int64)
+    order = np.argsort(read, kind="stable")
+    return order if np.array_equal(read[order], window.rows) else None
 
 
 @contextmanager
@@ -426,18 +415,18 @@ def one_advance(plpy, s, req, phases):
     a = s["advances"] + 1
     window = W.window_of(a, s["window_size"], s["step"])
     with timed(phases, "state"):
-        keys, published, sg_classes = window_state(plpy, s, window)
+        published, sg_classes = window_state(s, window)
     sg = W.SG(sg_classes, np.asarray(s["sg_emds"] or [], dtype=np.float64),
               None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
     result, read = W.Advance(W.SKIP, None, None, sg), None
     if not published[:window.step].all():
         with timed(phases, "read"):
-            read = read_window(plpy, s, req, window, keys)
+            read = read_window(plpy, s, req, window)
         with timed(phases, "engine"):
             result = engine(req, window, read, published, sg, a)
     if result.publication is not None:
         with timed(phases, "publish"):
-            append(plpy, s, req, read, keys, window, a, result.publication)
+            append(plpy, s, req, read, window, a, result.publication)
     with timed(phases, "save"):
         save(plpy, s, window, published, result)
     seconds = sum(phases.values())
@@ -498,39 +487,34 @@ def run(plpy, statement):
     plpy.execute(plpy.prepare(sql, types), params)
 
 
-def row_hash_sql(req, alias="s") -> str:
-    """md5 of a source row's quasi-identifiers and SA as text: what verify compares to detect
-    an UPDATE of a published row."""
-    return "pg_catalog.md5(ROW(%s)::pg_catalog.text)" % ", ".join(
-        "%s.%s" % (alias, C.ident(a.name)) for a in req.attrs)
+def row_hash_sql(req, alias="s", stored=None) -> str:
+    """The hash of a source row's quasi-identifiers and SA as text (64 bits, as text): what
+    verify compares to detect an UPDATE of a published row.  With ``stored`` (the column of a
+    recorded hash), the hash that recorded it: md5 (32 hex digits) in earlier installs."""
+    text = "ROW(%s)::pg_catalog.text" % ", ".join("%s.%s" % (alias, C.ident(a.name)) for a in req.attrs)
+    fast = "pg_catalog.hashtextextended(%s, 0)::pg_catalog.text" % text
+    if stored is None:
+        return fast
+    return "CASE WHEN pg_catalog.length(%s) OPERATOR(pg_catalog.=) 32 THEN pg_catalog.md5(%s) ELSE %s END" % (
+        stored, text, fast)
 
 
-def append(plpy, s, req, read, keys, window, a, p: W.Publication):
+def append(plpy, s, req, read, window, a, p: W.Publication):
     """Append the published classes to <output>, <output>_classes and <output>_keys.  The
     publish stage's builders give the classes (one temporary table, which the output's rows
-    expand) and the output's rows (inserted straight from the builder's query); the keys, row
-    hashes and class ids come from the window table by row number.  Every published row must
-    still be in the source (one index probe per key when the key is indexed), else the advance
-    fails."""
+    expand) and the output's rows (inserted straight from the builder's query); keys, row
+    hashes and class ids come from the window table by row number (the window request's key).
+    Every published row must still be in the source, else the advance fails."""
     wreq, summary, hierarchies, qis, codes, columns = read
     rows = p.rows
-    key, key_type = C.ident(req.key.name), req.key.col["type"]
-    published_keys = [keys[i] for i in rows.tolist()]
-    with C.settings(plpy, **key_probe(req)):
-        present = plpy.execute(plpy.prepare(
-            "SELECT pg_catalog.count(*) AS n FROM %s AS x WHERE x.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])" % (
-                req.source["qname"], key, key_type), ["text[]"]), [published_keys])[0]["n"]
-    if present != len(rows):
-        raise deleted(len(rows) - present, window)
+    row_nos, ecs = window.rows[rows].tolist(), p.ec.tolist()
     temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c")}
     by_source = req.options.keep or not publish.exact_from_codes(req.sa)
-    data = [c[rows] for c in columns]
-    classes = publish.ClassesTable(wreq, p, data, temp["k"], hierarchies)
+    classes = publish.ClassesTable(wreq, p, [c[rows] for c in columns], temp["k"], hierarchies)
     if by_source or classes.exact_aggs:     # the builders that join the rows by key read them here
         plpy.execute(plpy.prepare(
-            "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
-            "pg_catalog.unnest($2::int8[])) AS u(key, ec_id)" % (temp["k"], key_type), ["text[]", "int8[]"]),
-            [published_keys, p.ec.tolist()])
+            "CREATE TEMP TABLE %s AS SELECT u.key, u.ec_id FROM ROWS FROM (pg_catalog.unnest($1::int8[]), "
+            "pg_catalog.unnest($2::int8[])) AS u(key, ec_id)" % temp["k"], ["int8[]", "int8[]"]), [row_nos, ecs])
     with C.settings(plpy, enable_nestloop="off"):
         run(plpy, classes.statement(temp["c"]))
     if by_source:
@@ -547,15 +531,29 @@ def append(plpy, s, req, read, keys, window, a, p: W.Publication):
             req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
             ", ".join("x.%s" % C.ident(c) for c in names), extra, query), types if suffix == "" else []),
             params if suffix == "" else [])
-    # the values hashed are those published (the window table's), found by row number
-    with C.settings(plpy, enable_nestloop="off", enable_mergejoin="off"):
-        plpy.execute(plpy.prepare(
-            "INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT w.%s, u.row_no, u.ec_id + %d, %d, %s "
-            "FROM ROWS FROM (pg_catalog.unnest($1::int8[]), pg_catalog.unnest($2::int8[])) AS u(row_no, ec_id) "
-            "JOIN %s AS w ON w.%s OPERATOR(pg_catalog.=) u.row_no" % (
-                req.output.qualified("_keys"), key, offset, a, row_hash_sql(req, "w"), window_table(s),
-                C.ident(ROW_NO)), ["int8[]", "int8[]"]), [window.rows[rows].tolist(), p.ec.tolist()])
+    append_keys(plpy, s, req, window, a, row_nos, ecs)
     plpy.execute("DROP TABLE IF EXISTS %s, %s" % (temp["k"], temp["c"]))
+
+
+def append_keys(plpy, s, req, window, a, row_nos, ecs):
+    """<output>_keys of the published rows (the values hashed are those published: the window
+    table's), and in the same statement the count of them still in the source: a row deleted
+    from the source since it entered the window fails the advance."""
+    key = C.ident(req.key.name)
+    with C.settings(plpy, enable_nestloop="off", enable_mergejoin="off", **key_probe(req)):
+        got = plpy.execute(plpy.prepare(
+            "WITH ins AS (INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT w.%s, u.row_no, "
+            "u.ec_id + %d, %d, %s FROM ROWS FROM (pg_catalog.unnest($1::int8[]), pg_catalog.unnest($2::int8[])) "
+            "AS u(row_no, ec_id) JOIN %s AS w ON w.%s OPERATOR(pg_catalog.=) u.row_no RETURNING key) "
+            "SELECT (SELECT pg_catalog.count(*) FROM ins) AS n, (SELECT pg_catalog.count(*) FROM %s AS s WHERE "
+            "s.%s OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.key FROM ins AS i))) AS present" % (
+                req.output.qualified("_keys"), key, s["next_ec"], a, row_hash_sql(req, "w"), window_table(s),
+                C.ident(ROW_NO), req.source["qname"], key), ["int8[]", "int8[]"]), [row_nos, ecs])[0]
+    if got["n"] != len(row_nos):
+        raise E.SabreError(E.INTERNAL, "advance %d: %d published rows are not in the window table" % (
+            a, len(row_nos) - got["n"]), "Drop the stream and create it again; sabre_stream_verify checks its output.")
+    if got["present"] != got["n"]:
+        raise deleted(got["n"] - got["present"], window)
 
 
 def builder_query(sql, table) -> str:
@@ -566,11 +564,15 @@ def builder_query(sql, table) -> str:
     return sql[len(head):]
 
 
-def key_probe(req) -> dict:
-    """Settings for a statement that finds a few thousand source rows by key: with the key
-    indexed, an index probe per key, whatever the (often stale) statistics of a growing
-    source say; never JIT (disabling a plan type inflates costs past its threshold)."""
-    return dict(enable_seqscan="off", jit="off") if req.key.unique else dict(jit="off")
+def key_probe(req, join=False) -> dict:
+    """Settings for a statement that finds a few thousand source rows by key (``join``: by a
+    join with their keys): with the key indexed, an index probe per key, whatever the (often
+    stale) statistics of a growing source say; never JIT (disabling a plan type inflates
+    costs past its threshold)."""
+    if not req.key.unique:
+        return dict(jit="off")
+    probe = dict(enable_seqscan="off", jit="off")
+    return dict(probe, enable_hashjoin="off", enable_mergejoin="off") if join else probe
 
 
 # ---------------------------------------------------------------------------- status, drop
@@ -638,7 +640,7 @@ def verify(plpy, name):
         "SELECT pg_catalog.count(*) FILTER (WHERE s.%s IS NULL) AS deleted, "
         "pg_catalog.count(*) FILTER (WHERE s.%s IS NOT NULL AND %s IS DISTINCT FROM k.row_hash) AS updated "
         "FROM %s AS k LEFT JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
-            C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req), req.output.qualified("_keys"),
+            C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req, "s", "k.row_hash"), req.output.qualified("_keys"),
             req.source["qname"], C.ident(req.key.name)))[0]
     late = late_rows(plpy, s, req)
     # a class whose rows in <output> or <output>_keys are not its recorded size violates too
