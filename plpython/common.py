@@ -172,10 +172,15 @@ class settings:
         self.saved[name] = r[0]["old"]
 
     def __enter__(self):
+        if not self.optional and self.values:
+            # every value in one statement (a context is entered for a few statements)
+            r = self.plpy.execute(self.plpy.prepare(
+                "SELECT u.n, pg_catalog.current_setting(u.n) AS old, pg_catalog.set_config(u.n, u.v, true) "
+                "FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS u(n, v)",
+                ["text[]", "text[]"]), [list(self.values), [str(v) for v in self.values.values()]])
+            self.saved = {row["n"]: row["old"] for row in r}
+            return self
         for name, value in self.values.items():
-            if not self.optional:
-                self._set(name, value)
-                continue
             try:
                 with self.plpy.subtransaction():
                     self._set(name, value)
@@ -184,9 +189,11 @@ class settings:
         return self
 
     def __exit__(self, *exc):
-        for name, old in self.saved.items():
-            self.plpy.execute(self.plpy.prepare("SELECT set_config($1, $2, true)", ["text", "text"]),
-                              [name, old])
+        if self.saved:
+            self.plpy.execute(self.plpy.prepare(
+                "SELECT pg_catalog.set_config(u.n, u.v, true) FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
+                "pg_catalog.unnest($2::text[])) AS u(n, v)", ["text[]", "text[]"]),
+                [list(self.saved), list(self.saved.values())])
         return False
 
 

@@ -206,6 +206,9 @@ def advance(plpy, name, max_advances=None):
         ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
         if max_advances is not None:
             ready = min(ready, max_advances)
+        if not ready:                    # else the advance's state update records it
+            plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
+                C.catalog("streams"), s["numbered"], s["stream_id"]))
         for _ in range(ready):
             out.append(one_advance(plpy, s, req, phases))
             phases = {}
@@ -248,7 +251,8 @@ def number_rows(plpy, s, req):
     A numbered row whose recorded arrival is before the horizon (its arrival was since changed,
     or it was numbered by an install that did not record arrivals) escapes that range: the
     unique index on (stream, key) then refuses the insert, and the exact anti-join by key (an
-    index probe per candidate) numbers the rest -- no key is ever numbered twice."""
+    index probe per candidate) numbers the rest -- no key is ever numbered twice.  The count
+    is recorded by the caller (with the advance's state, when one follows)."""
     since, since_n = horizon(plpy, s, req)
     where, matched = req.row_filter() or " WHERE true", ""
     if since is not None:
@@ -265,8 +269,6 @@ def number_rows(plpy, s, req):
         with C.settings(plpy, enable_hashjoin="off", enable_mergejoin="off"):
             got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, ""), ["text"]), [since])
     s["numbered"] += got.nrows()
-    plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
-        C.catalog("streams"), s["numbered"], s["stream_id"]))
 
 
 def arrival_range(plpy, s, req) -> dict:
@@ -473,12 +475,19 @@ def save(plpy, s, window, published, result):
         s["sg_first"], s["sg_last"] = (None, None) if g is None else (g.first, g.last)
         s["sg_emds"] = result.sg.emds.tolist()
     plpy.execute(plpy.prepare(
-        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, sg_rows = $6, "
-        "sg_classes = $7, ahead = $8, last_case = $9, last_advance_at = pg_catalog.now() WHERE stream_id = $10"
-        % C.catalog("streams"), ["int8", "int8", "int8", "int8", "float8[]", "int8[]", "int4[]", "int8[]", "int4",
-                                 "int8"]),
+        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, "
+        "sg_rows = $6::pg_catalog.int8[], sg_classes = $7::pg_catalog.int4[], ahead = $8::pg_catalog.int8[], last_case = $9, last_advance_at = pg_catalog.now(), numbered = $11 "
+        "WHERE stream_id = $10" % C.catalog("streams"),
+        ["int8", "int8", "int8", "int8", "float8[]", "text", "text", "text", "int4", "int8", "int8"]),
         [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []),
-         list(s["sg_rows"] or []), list(s["sg_classes"] or []), s["ahead"], result.case, s["stream_id"]])
+         array_literal(s["sg_rows"]), array_literal(s["sg_classes"]), array_literal(s["ahead"]), result.case,
+         s["stream_id"], s["numbered"]])
+
+
+def array_literal(values) -> str:
+    """An integer array as its text literal: one datum to send, where a list is converted
+    element by element."""
+    return "{%s}" % ",".join(map(str, values or []))
 
 
 def run(plpy, statement):
