@@ -61,13 +61,13 @@ def load(plpy, name, lock=False) -> dict:
         raise E.null_not_allowed("name must not be NULL", "Pass the stream's name.")
     query = "SELECT * FROM %s WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) CURRENT_USER" \
         % C.catalog("streams")
-    rows = plpy.execute(plpy.prepare(query, ["text"]), [name])
+    rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
     if not len(rows):
         raise E.SabreError(E.UNDEFINED_OBJECT, 'stream "%s" does not exist' % name,
                            "Create it with sabre_stream_create; SELECT name FROM sabre.streams lists yours.")
     if lock:
         plpy.execute("SELECT pg_catalog.pg_advisory_xact_lock(%d, %d)" % (LOCK_CLASS, rows[0]["stream_id"]))
-        rows = plpy.execute(plpy.prepare(query, ["text"]), [name])
+        rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
     return dict(rows[0])
 
 
@@ -80,8 +80,8 @@ def stream_request(plpy, s) -> request.Request:
 
 def output_relations(plpy, s) -> list:
     """The stream's output relations by their recorded OIDs, each still carrying its identity."""
-    found = plpy.execute(plpy.prepare(
-        "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
+    found = plpy.execute(C.prepared(
+        plpy, "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
         "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE pg_catalog.strpos(COALESCE(pg_catalog.obj_description("
         "c.oid, 'pg_class'), ''), $2) OPERATOR(pg_catalog.>) 0", ["oid[]", "text"]),
         [s["relation_oids"], s["identity"]])
@@ -275,8 +275,8 @@ def arrival_range(plpy, s, req) -> dict:
     """Settings for the numbering: with a btree index leading with the arrival column, the
     candidates (arrival from the horizon on, about a step of rows) are an index range, however
     stale the statistics of the growing source; else the source is scanned."""
-    indexed = plpy.execute(plpy.prepare(
-        "SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) "
+    indexed = plpy.execute(C.prepared(
+        plpy, "SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) "
         "i.indrelid AND a.attnum OPERATOR(pg_catalog.=) i.indkey[0] JOIN pg_catalog.pg_class c ON c.oid "
         "OPERATOR(pg_catalog.=) i.indexrelid JOIN pg_catalog.pg_am m ON m.oid OPERATOR(pg_catalog.=) c.relam "
         "WHERE i.indrelid OPERATOR(pg_catalog.=) $1 AND i.indisvalid AND i.indpred IS NULL "
@@ -318,9 +318,11 @@ def window_table(s) -> str:
 
 def slide_window(plpy, s, req, window) -> str:
     """The window's source rows, with their row numbers, in the session's temporary table of
-    the stream (:func:`window_table`).  It is kept between the session's advances: an advance
-    deletes the rows that left the window and copies only those that entered it (the I new
-    rows), found by their keys.  Like the state it is transactional -- a rolled-back advance
+    the stream (:func:`window_table`); returns the relation of the window's rows.  The table is
+    kept between the session's advances: an advance copies only the rows that entered the window
+    (the I new rows, found by their keys), and the rows that left it are no longer read (the
+    relation returned selects the window's row numbers) until, once a window's worth of them
+    has accumulated, the live ones are copied afresh.  Like the state it is transactional -- a rolled-back advance
     rolls it back too -- and one that holds no contiguous range ending inside the window
     (another session advanced the stream since) is rebuilt.  A row's values are therefore
     those read when it entered the window; a later UPDATE or DELETE of a published row is
@@ -336,11 +338,7 @@ def slide_window(plpy, s, req, window) -> str:
             held["lo"] <= window.first <= held["hi"] + 1 and held["hi"] <= window.last:
         start = held["hi"] + 1
         if (window.first - 1) % window.size == 0:
-            # deleted rows are never vacuumed in a temporary table: once a window's worth of
-            # rows was deleted, the live ones are copied afresh
             rebuild_window(plpy, table, "SELECT w.* FROM %s AS w WHERE w.%s >= %d" % (table, row_no, window.first))
-        else:
-            plpy.execute("DELETE FROM %s AS w WHERE w.%s < %d" % (table, row_no, window.first))
     else:
         rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
             row_no, req.source["qname"]))
@@ -353,7 +351,7 @@ def slide_window(plpy, s, req, window) -> str:
                 s["stream_id"], start, window.last))
     if got.nrows() != window.last - start + 1:
         raise deleted(window.last - start + 1 - got.nrows(), window)
-    return table
+    return "(SELECT * FROM %s AS w WHERE w.%s OPERATOR(pg_catalog.>=) %d)" % (table, row_no, window.first)
 
 
 def rebuild_window(plpy, table, query):
@@ -375,8 +373,8 @@ def read_window(plpy, s, req, window):
     QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
     (:func:`slide_window`), which takes the source's place in the request, its row numbers
     the key's: the stages read it as the relation, and join it by row number."""
-    table = slide_window(plpy, s, req, window)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=table), key=request.Key(
+    rows = slide_window(plpy, s, req, window)
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=rows), key=request.Key(
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
