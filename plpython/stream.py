@@ -550,12 +550,14 @@ def append_keys(plpy, s, req, window, a, row_nos, ecs):
     with C.settings(plpy, enable_nestloop="off", enable_mergejoin="off", **key_probe(req)):
         got = plpy.execute(plpy.prepare(
             "WITH ins AS (INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT w.%s, u.row_no, "
-            "u.ec_id + %d, %d, %s FROM ROWS FROM (pg_catalog.unnest($1::int8[]), pg_catalog.unnest($2::int8[])) "
+            "u.ec_id + %d, %d, %s FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), "
+            "pg_catalog.unnest($2::pg_catalog.int8[])) "
             "AS u(row_no, ec_id) JOIN %s AS w ON w.%s OPERATOR(pg_catalog.=) u.row_no RETURNING key) "
             "SELECT (SELECT pg_catalog.count(*) FROM ins) AS n, (SELECT pg_catalog.count(*) FROM %s AS s WHERE "
             "s.%s OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.key FROM ins AS i))) AS present" % (
                 req.output.qualified("_keys"), key, s["next_ec"], a, row_hash_sql(req, "w"), window_table(s),
-                C.ident(ROW_NO), req.source["qname"], key), ["int8[]", "int8[]"]), [row_nos, ecs])[0]
+                C.ident(ROW_NO), req.source["qname"], key), ["text", "text"]),
+        [array_literal(row_nos), array_literal(ecs)])[0]
     if got["n"] != len(row_nos):
         raise E.SabreError(E.INTERNAL, "advance %d: %d published rows are not in the window table" % (
             a, len(row_nos) - got["n"]), "Drop the stream and create it again; sabre_stream_verify checks its output.")
