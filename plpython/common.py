@@ -158,6 +158,19 @@ def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
     return Hierarchy([list(r["path"]) for r in rows], name=name)
 
 
+_PREPARED = {}
+
+
+def prepared(plpy, sql, types):
+    """``plpy.prepare`` of a statement run again and again, kept for the session: only for
+    statements whose text interpolates no values (the text is the key)."""
+    key = (sql, tuple(types))
+    plan = _PREPARED.get(key)
+    if plan is None:
+        plan = _PREPARED[key] = plpy.prepare(sql, types)
+    return plan
+
+
 class settings:
     """Context manager: transaction-local GUC values, restored on exit.  With
     ``optional=True`` a value the caller may not set (e.g. a superuser-only one) is skipped."""
@@ -172,10 +185,15 @@ class settings:
         self.saved[name] = r[0]["old"]
 
     def __enter__(self):
+        if not self.optional and self.values:
+            # every value in one statement (a context is entered for a few statements)
+            r = self.plpy.execute(prepared(
+                self.plpy, "SELECT u.n, pg_catalog.current_setting(u.n) AS old, pg_catalog.set_config(u.n, u.v, true) "
+                "FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS u(n, v)",
+                ["text[]", "text[]"]), [list(self.values), [str(v) for v in self.values.values()]])
+            self.saved = {row["n"]: row["old"] for row in r}
+            return self
         for name, value in self.values.items():
-            if not self.optional:
-                self._set(name, value)
-                continue
             try:
                 with self.plpy.subtransaction():
                     self._set(name, value)
@@ -184,9 +202,11 @@ class settings:
         return self
 
     def __exit__(self, *exc):
-        for name, old in self.saved.items():
-            self.plpy.execute(self.plpy.prepare("SELECT set_config($1, $2, true)", ["text", "text"]),
-                              [name, old])
+        if self.saved:
+            self.plpy.execute(prepared(
+                self.plpy, "SELECT pg_catalog.set_config(u.n, u.v, true) FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
+                "pg_catalog.unnest($2::text[])) AS u(n, v)", ["text[]", "text[]"]),
+                [list(self.saved), list(self.saved.values())])
         return False
 
 

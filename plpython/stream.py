@@ -61,13 +61,13 @@ def load(plpy, name, lock=False) -> dict:
         raise E.null_not_allowed("name must not be NULL", "Pass the stream's name.")
     query = "SELECT * FROM %s WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) CURRENT_USER" \
         % C.catalog("streams")
-    rows = plpy.execute(plpy.prepare(query, ["text"]), [name])
+    rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
     if not len(rows):
         raise E.SabreError(E.UNDEFINED_OBJECT, 'stream "%s" does not exist' % name,
                            "Create it with sabre_stream_create; SELECT name FROM sabre.streams lists yours.")
     if lock:
         plpy.execute("SELECT pg_catalog.pg_advisory_xact_lock(%d, %d)" % (LOCK_CLASS, rows[0]["stream_id"]))
-        rows = plpy.execute(plpy.prepare(query, ["text"]), [name])
+        rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
     return dict(rows[0])
 
 
@@ -80,8 +80,8 @@ def stream_request(plpy, s) -> request.Request:
 
 def output_relations(plpy, s) -> list:
     """The stream's output relations by their recorded OIDs, each still carrying its identity."""
-    found = plpy.execute(plpy.prepare(
-        "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
+    found = plpy.execute(C.prepared(
+        plpy, "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
         "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE pg_catalog.strpos(COALESCE(pg_catalog.obj_description("
         "c.oid, 'pg_class'), ''), $2) OPERATOR(pg_catalog.>) 0", ["oid[]", "text"]),
         [s["relation_oids"], s["identity"]])
@@ -199,12 +199,16 @@ def advance(plpy, name, max_advances=None):
         req = stream_request(plpy, s)
     out = []
     # small statements over one window each: a parallel plan's start-up costs more than it saves
-    with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0):
+    # (JIT never pays for them either: compiling takes longer than running them)
+    with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0, jit="off"):
         with timed(phases, "number"):
             number_rows(plpy, s, req)
         ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
         if max_advances is not None:
             ready = min(ready, max_advances)
+        if not ready:                    # else the advance's state update records it
+            plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
+                C.catalog("streams"), s["numbered"], s["stream_id"]))
         for _ in range(ready):
             out.append(one_advance(plpy, s, req, phases))
             phases = {}
@@ -247,7 +251,8 @@ def number_rows(plpy, s, req):
     A numbered row whose recorded arrival is before the horizon (its arrival was since changed,
     or it was numbered by an install that did not record arrivals) escapes that range: the
     unique index on (stream, key) then refuses the insert, and the exact anti-join by key (an
-    index probe per candidate) numbers the rest -- no key is ever numbered twice."""
+    index probe per candidate) numbers the rest -- no key is ever numbered twice.  The count
+    is recorded by the caller (with the advance's state, when one follows)."""
     since, since_n = horizon(plpy, s, req)
     where, matched = req.row_filter() or " WHERE true", ""
     if since is not None:
@@ -255,7 +260,7 @@ def number_rows(plpy, s, req):
                                                                req.columns[s["arrival"]]["type"])
         matched = " AND r.arrival OPERATOR(pg_catalog.>=) $2::pg_catalog.numeric"
     try:
-        with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off"):
+        with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off", **arrival_range(plpy, s, req)):
             got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text", "numeric"]),
                                [since, since_n])
     except plpy.SPIError as e:
@@ -264,8 +269,20 @@ def number_rows(plpy, s, req):
         with C.settings(plpy, enable_hashjoin="off", enable_mergejoin="off"):
             got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, ""), ["text"]), [since])
     s["numbered"] += got.nrows()
-    plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
-        C.catalog("streams"), s["numbered"], s["stream_id"]))
+
+
+def arrival_range(plpy, s, req) -> dict:
+    """Settings for the numbering: with a btree index leading with the arrival column, the
+    candidates (arrival from the horizon on, about a step of rows) are an index range, however
+    stale the statistics of the growing source; else the source is scanned."""
+    indexed = plpy.execute(C.prepared(
+        plpy, "SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) "
+        "i.indrelid AND a.attnum OPERATOR(pg_catalog.=) i.indkey[0] JOIN pg_catalog.pg_class c ON c.oid "
+        "OPERATOR(pg_catalog.=) i.indexrelid JOIN pg_catalog.pg_am m ON m.oid OPERATOR(pg_catalog.=) c.relam "
+        "WHERE i.indrelid OPERATOR(pg_catalog.=) $1 AND i.indisvalid AND i.indpred IS NULL "
+        "AND m.amname OPERATOR(pg_catalog.=) 'btree' AND a.attname OPERATOR(pg_catalog.=) $2", ["oid", "name"]),
+        [req.source["oid"], s["arrival"]])
+    return dict(enable_seqscan="off") if len(indexed) else {}
 
 
 def numbering_sql(s, req, where, matched) -> str:
@@ -280,24 +297,18 @@ def numbering_sql(s, req, where, matched) -> str:
                 matched, key))
 
 
-def window_state(plpy, s, window):
-    """(keys, published, S_G classes) of the window's rows, in row order."""
-    r = plpy.execute(
-        "SELECT pg_catalog.array_agg(r.key ORDER BY r.row_no) AS keys FROM %s AS r "
-        "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
-            C.catalog("stream_rows"), s["stream_id"], window.first, window.last))[0]
-    keys = list(r["keys"] or [])
+def window_state(s, window):
+    """(published, S_G classes) of the window's rows, in row order, from the stream's state."""
     ahead = np.asarray(s["ahead"] or [], dtype=np.int64) - window.first
     sg_rows = np.asarray(s["sg_rows"] or [], dtype=np.int64) - window.first
-    if len(keys) != window.size or ((ahead < 0) | (ahead >= window.size)).any() or \
-            ((sg_rows < 0) | (sg_rows >= window.size)).any():
+    if ((ahead < 0) | (ahead >= window.size)).any() or ((sg_rows < 0) | (sg_rows >= window.size)).any():
         raise E.SabreError(E.INTERNAL, "the state of window %d..%d is inconsistent" % (window.first, window.last),
                            "Drop the stream and create it again; sabre_stream_verify checks its output.")
     published = np.zeros(window.size, dtype=bool)
     published[ahead] = True
     sg = np.full(window.size, -1, dtype=np.int64)
     sg[sg_rows] = np.asarray(s["sg_classes"] or [], dtype=np.int64)
-    return keys, published, sg
+    return published, sg
 
 
 def window_table(s) -> str:
@@ -305,11 +316,13 @@ def window_table(s) -> str:
     return "pg_temp.%s" % C.ident("sabre_w_window_%d" % s["stream_id"])
 
 
-def slide_window(plpy, s, req, window, keys) -> str:
+def slide_window(plpy, s, req, window) -> str:
     """The window's source rows, with their row numbers, in the session's temporary table of
-    the stream (:func:`window_table`).  It is kept between the session's advances: an advance
-    deletes the rows that left the window and copies only those that entered it (the I new
-    rows), found by their keys.  Like the state it is transactional -- a rolled-back advance
+    the stream (:func:`window_table`); returns the relation of the window's rows.  The table is
+    kept between the session's advances: an advance copies only the rows that entered the window
+    (the I new rows, found by their keys), and the rows that left it are no longer read (the
+    relation returned selects the window's row numbers) until, once a window's worth of them
+    has accumulated, the live ones are copied afresh.  Like the state it is transactional -- a rolled-back advance
     rolls it back too -- and one that holds no contiguous range ending inside the window
     (another session advanced the stream since) is rebuilt.  A row's values are therefore
     those read when it entered the window; a later UPDATE or DELETE of a published row is
@@ -325,26 +338,20 @@ def slide_window(plpy, s, req, window, keys) -> str:
             held["lo"] <= window.first <= held["hi"] + 1 and held["hi"] <= window.last:
         start = held["hi"] + 1
         if (window.first - 1) % window.size == 0:
-            # deleted rows are never vacuumed in a temporary table: once a window's worth of
-            # rows was deleted, the live ones are copied afresh
             rebuild_window(plpy, table, "SELECT w.* FROM %s AS w WHERE w.%s >= %d" % (table, row_no, window.first))
-        else:
-            plpy.execute("DELETE FROM %s AS w WHERE w.%s < %d" % (table, row_no, window.first))
     else:
         rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
             row_no, req.source["qname"]))
-    entering = keys[start - window.first:]
-    # found by "= ANY" of the keys (an index scan when the key is indexed, a hashed array
-    # otherwise), then given their numbers by a join with the (small) key list
-    key, key_type = C.ident(req.key.name), req.key.col["type"]
-    got = plpy.execute(plpy.prepare(
-        "INSERT INTO %s SELECT s.*, u.n FROM (SELECT * FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])) "
-        "AS s JOIN ROWS FROM (pg_catalog.unnest($1::%s[]), pg_catalog.unnest($2::int8[])) AS u(k, n) "
-        "ON s.%s OPERATOR(pg_catalog.=) u.k" % (table, req.source["qname"], key, key_type, key_type, key),
-        ["text[]", "int8[]"]), [entering, list(range(start, window.last + 1))])
-    if got.nrows() != len(entering):
-        raise deleted(len(entering) - got.nrows(), window)
-    return table
+    # the entering rows' keys joined with the source: an index probe per key when it is indexed
+    with C.settings(plpy, **key_probe(req, join=True)):
+        got = plpy.execute(
+            "INSERT INTO %s SELECT s.*, r.row_no FROM %s AS r JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
+            "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
+                table, C.catalog("stream_rows"), req.source["qname"], C.ident(req.key.name), req.key.col["type"],
+                s["stream_id"], start, window.last))
+    if got.nrows() != window.last - start + 1:
+        raise deleted(window.last - start + 1 - got.nrows(), window)
+    return "(SELECT * FROM %s AS w WHERE w.%s OPERATOR(pg_catalog.>=) %d)" % (table, row_no, window.first)
 
 
 def rebuild_window(plpy, table, query):
@@ -361,36 +368,34 @@ def deleted(n, window) -> E.SabreError:
         "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
 
 
-def read_window(plpy, s, req, window, keys):
+def read_window(plpy, s, req, window):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
     QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
-    (:func:`slide_window`), which takes the source's place in the request: the stages read it
-    as the relation."""
-    table = slide_window(plpy, s, req, window, keys)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=table))
+    (:func:`slide_window`), which takes the source's place in the request, its row numbers
+    the key's: the stages read it as the relation, and join it by row number."""
+    rows = slide_window(plpy, s, req, window)
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=rows), key=request.Key(
+        ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     data = scan.read(plpy, wreq, encodings, summary)
-    if data.rows != window.size:
+    order = row_order(window, data.keys)
+    if order is None:
         raise deleted(window.size - data.rows, window)
-    order = row_order(req, keys, data.keys)
     columns = [np.asarray(d)[order] for d in data.data]
     qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
     return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
 
 
-def row_order(req, state_keys, read_keys) -> np.ndarray:
-    """The permutation putting the rows as read into the window's row order."""
-    if req.key.integer:
-        want = np.array([int(k) for k in state_keys], dtype=np.int64)
-        got = np.asarray(read_keys, dtype=np.int64)
-        by_key = np.argsort(got)
-        return by_key[np.searchsorted(got[by_key], want)]
-    position = {k: i for i, k in enumerate(read_keys)}
-    return np.array([position[k] for k in state_keys], dtype=np.int64)
+def row_order(window, row_numbers):
+    """The permutation putting the rows as read (their row numbers) into the window's row
+    order; None unless they are exactly the window's rows."""
+    read = np.asarray(row_numbers, dtype=np.int64)
+    order = np.argsort(read, kind="stable")
+    return order if np.array_equal(read[order], window.rows) else None
 
 
 @contextmanager
@@ -410,18 +415,18 @@ def one_advance(plpy, s, req, phases):
     a = s["advances"] + 1
     window = W.window_of(a, s["window_size"], s["step"])
     with timed(phases, "state"):
-        keys, published, sg_classes = window_state(plpy, s, window)
+        published, sg_classes = window_state(s, window)
     sg = W.SG(sg_classes, np.asarray(s["sg_emds"] or [], dtype=np.float64),
               None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
     result, read = W.Advance(W.SKIP, None, None, sg), None
     if not published[:window.step].all():
         with timed(phases, "read"):
-            read = read_window(plpy, s, req, window, keys)
+            read = read_window(plpy, s, req, window)
         with timed(phases, "engine"):
             result = engine(req, window, read, published, sg, a)
     if result.publication is not None:
         with timed(phases, "publish"):
-            append(plpy, s, req, read, keys, window, a, result.publication)
+            append(plpy, s, req, read, window, a, result.publication)
     with timed(phases, "save"):
         save(plpy, s, window, published, result)
     seconds = sum(phases.values())
@@ -468,12 +473,19 @@ def save(plpy, s, window, published, result):
         s["sg_first"], s["sg_last"] = (None, None) if g is None else (g.first, g.last)
         s["sg_emds"] = result.sg.emds.tolist()
     plpy.execute(plpy.prepare(
-        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, sg_rows = $6, "
-        "sg_classes = $7, ahead = $8, last_case = $9, last_advance_at = pg_catalog.now() WHERE stream_id = $10"
-        % C.catalog("streams"), ["int8", "int8", "int8", "int8", "float8[]", "int8[]", "int4[]", "int8[]", "int4",
-                                 "int8"]),
+        "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, "
+        "sg_rows = $6::pg_catalog.int8[], sg_classes = $7::pg_catalog.int4[], ahead = $8::pg_catalog.int8[], last_case = $9, last_advance_at = pg_catalog.now(), numbered = $11 "
+        "WHERE stream_id = $10" % C.catalog("streams"),
+        ["int8", "int8", "int8", "int8", "float8[]", "text", "text", "text", "int4", "int8", "int8"]),
         [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []),
-         list(s["sg_rows"] or []), list(s["sg_classes"] or []), s["ahead"], result.case, s["stream_id"]])
+         array_literal(s["sg_rows"]), array_literal(s["sg_classes"]), array_literal(s["ahead"]), result.case,
+         s["stream_id"], s["numbered"]])
+
+
+def array_literal(values) -> str:
+    """An integer array as its text literal: one datum to send, where a list is converted
+    element by element."""
+    return "{%s}" % ",".join(map(str, values or []))
 
 
 def run(plpy, statement):
@@ -482,55 +494,94 @@ def run(plpy, statement):
     plpy.execute(plpy.prepare(sql, types), params)
 
 
-def row_hash_sql(req, alias="s") -> str:
-    """md5 of a source row's quasi-identifiers and SA as text: what verify compares to detect
-    an UPDATE of a published row."""
-    return "pg_catalog.md5(ROW(%s)::pg_catalog.text)" % ", ".join(
-        "%s.%s" % (alias, C.ident(a.name)) for a in req.attrs)
+def row_hash_sql(req, alias="s", stored=None) -> str:
+    """The hash of a source row's quasi-identifiers and SA as text (64 bits, as text): what
+    verify compares to detect an UPDATE of a published row.  With ``stored`` (the column of a
+    recorded hash), the hash that recorded it: md5 (32 hex digits) in earlier installs."""
+    text = "ROW(%s)::pg_catalog.text" % ", ".join("%s.%s" % (alias, C.ident(a.name)) for a in req.attrs)
+    fast = "pg_catalog.hashtextextended(%s, 0)::pg_catalog.text" % text
+    if stored is None:
+        return fast
+    return "CASE WHEN pg_catalog.length(%s) OPERATOR(pg_catalog.=) 32 THEN pg_catalog.md5(%s) ELSE %s END" % (
+        stored, text, fast)
 
 
-def append(plpy, s, req, read, keys, window, a, p: W.Publication):
-    """Append the published classes to <output>, <output>_classes and <output>_keys: the
-    publish stage's builders write them under temporary names, then one INSERT each adds the
-    stream's columns and the class offset."""
+def append(plpy, s, req, read, window, a, p: W.Publication):
+    """Append the published classes to <output>, <output>_classes and <output>_keys.  The
+    publish stage's builders give the classes (one temporary table, which the output's rows
+    expand) and the output's rows (inserted straight from the builder's query); keys, row
+    hashes and class ids come from the window table by row number (the window request's key).
+    Every published row must still be in the source, else the advance fails."""
     wreq, summary, hierarchies, qis, codes, columns = read
     rows = p.rows
-    key_type = req.key.col["type"]
-    temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c", "o")}
-    published_keys = [keys[i] for i in rows.tolist()]
-    plpy.execute(plpy.prepare(
-        "CREATE TEMP TABLE %s AS SELECT u.key::%s AS key, u.ec_id, u.row_no FROM ROWS FROM (pg_catalog.unnest($1::text[]), "
-        "pg_catalog.unnest($2::int8[]), pg_catalog.unnest($3::int8[])) AS u(key, ec_id, row_no)" % (temp["k"], key_type), ["text[]", "int8[]", "int8[]"]),
-        [published_keys, p.ec.tolist(), window.rows[rows].tolist()])
-    data = [c[rows] for c in columns]
+    row_nos, ecs = window.rows[rows].tolist(), p.ec.tolist()
+    temp = {x: "pg_temp.%s" % C.ident("sabre_w_%s" % x) for x in ("k", "c")}
+    by_source = req.options.keep or not publish.exact_from_codes(req.sa)
+    classes = publish.ClassesTable(wreq, p, [c[rows] for c in columns], temp["k"], hierarchies)
+    if by_source or classes.exact_aggs:     # the builders that join the rows by key read them here
+        plpy.execute(plpy.prepare(
+            "CREATE TEMP TABLE %s AS SELECT u.key, u.ec_id FROM ROWS FROM (pg_catalog.unnest($1::int8[]), "
+            "pg_catalog.unnest($2::int8[])) AS u(key, ec_id)" % temp["k"], ["int8[]", "int8[]"]), [row_nos, ecs])
     with C.settings(plpy, enable_nestloop="off"):
-        run(plpy, publish.ClassesTable(wreq, p, data, temp["k"], hierarchies).statement(temp["c"]))
-    if not req.options.keep and publish.exact_from_codes(req.sa):
-        run(plpy, publish.output_from_classes_sql(wreq, temp["o"], temp["c"], summary, codes[rows], p))
+        run(plpy, classes.statement(temp["c"]))
+    if by_source:
+        rows_sql, types, params = publish.output_from_source_sql(wreq, "x", temp["c"], temp["k"]), [], []
     else:
-        plpy.execute(publish.output_from_source_sql(wreq, temp["o"], temp["c"], temp["k"]))
-    out, classes = output_columns(req)
-    g = p.window
-    extra = "%d, %d, %d, pg_catalog.now()" % (a, g.first, g.last)
+        rows_sql, types, params = publish.output_from_classes_sql(wreq, "x", temp["c"], summary, codes[rows], p)
+    out, classes_columns = output_columns(req)
+    extra = "%d, %d, %d, pg_catalog.now()" % (a, p.window.first, p.window.last)
     offset = s["next_ec"]
-    for suffix, columns_, table in (("", out, temp["o"]), ("_classes", classes, temp["c"])):
+    for suffix, columns_, query in (("", out, builder_query(rows_sql, "x")),
+                                    ("_classes", classes_columns, "TABLE %s" % temp["c"])):
         names = [c for c, _ in columns_[1:-len(EXTRA)]]
-        plpy.execute("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM %s AS x" % (
+        plpy.execute(plpy.prepare("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM (%s) AS x" % (
             req.output.qualified(suffix), ", ".join(C.ident(c) for c, _ in columns_), offset,
-            ", ".join("x.%s" % C.ident(c) for c in names), extra, table))
-    # the values hashed are those published (the window table's); a row deleted from the source
-    # since it entered the window is not published: the advance fails
+            ", ".join("x.%s" % C.ident(c) for c in names), extra, query), types if suffix == "" else []),
+            params if suffix == "" else [])
+    append_keys(plpy, s, req, window, a, row_nos, ecs)
+    plpy.execute("DROP TABLE IF EXISTS %s, %s" % (temp["k"], temp["c"]))
+
+
+def append_keys(plpy, s, req, window, a, row_nos, ecs):
+    """<output>_keys of the published rows (the values hashed are those published: the window
+    table's), and in the same statement the count of them still in the source: a row deleted
+    from the source since it entered the window fails the advance."""
     key = C.ident(req.key.name)
-    present = plpy.execute(plpy.prepare(
-        "SELECT pg_catalog.count(*) AS n FROM %s AS x WHERE x.%s OPERATOR(pg_catalog.=) ANY ($1::%s[])" % (
-            req.source["qname"], key, key_type), ["text[]"]), [published_keys])[0]["n"]
-    if present != len(rows):
-        raise deleted(len(rows) - present, window)
-    plpy.execute(
-        "INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT k.key, k.row_no, k.ec_id + %d, %d, %s "
-        "FROM %s AS k JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
-            req.output.qualified("_keys"), offset, a, row_hash_sql(req), temp["k"], wreq.source["qname"], key))
-    plpy.execute("DROP TABLE %s, %s, %s" % (temp["k"], temp["c"], temp["o"]))
+    with C.settings(plpy, enable_nestloop="off", enable_mergejoin="off", **key_probe(req)):
+        got = plpy.execute(plpy.prepare(
+            "WITH ins AS (INSERT INTO %s (key, row_no, ec_id, advance_no, row_hash) SELECT w.%s, u.row_no, "
+            "u.ec_id + %d, %d, %s FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), "
+            "pg_catalog.unnest($2::pg_catalog.int8[])) "
+            "AS u(row_no, ec_id) JOIN %s AS w ON w.%s OPERATOR(pg_catalog.=) u.row_no RETURNING key) "
+            "SELECT (SELECT pg_catalog.count(*) FROM ins) AS n, (SELECT pg_catalog.count(*) FROM %s AS s WHERE "
+            "s.%s OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.key FROM ins AS i))) AS present" % (
+                req.output.qualified("_keys"), key, s["next_ec"], a, row_hash_sql(req, "w"), window_table(s),
+                C.ident(ROW_NO), req.source["qname"], key), ["text", "text"]),
+        [array_literal(row_nos), array_literal(ecs)])[0]
+    if got["n"] != len(row_nos):
+        raise E.SabreError(E.INTERNAL, "advance %d: %d published rows are not in the window table" % (
+            a, len(row_nos) - got["n"]), "Drop the stream and create it again; sabre_stream_verify checks its output.")
+    if got["present"] != got["n"]:
+        raise deleted(got["n"] - got["present"], window)
+
+
+def builder_query(sql, table) -> str:
+    """The query of a publish builder's ``CREATE TABLE <table> AS <query>``."""
+    head = "CREATE TABLE %s AS " % table
+    if not sql.startswith(head):
+        raise E.SabreError(E.INTERNAL, "unexpected publish statement", "Report this as a bug.")
+    return sql[len(head):]
+
+
+def key_probe(req, join=False) -> dict:
+    """Settings for a statement that finds a few thousand source rows by key (``join``: by a
+    join with their keys): with the key indexed, an index probe per key, whatever the (often
+    stale) statistics of a growing source say; never JIT (disabling a plan type inflates
+    costs past its threshold)."""
+    if not req.key.unique:
+        return dict(jit="off")
+    probe = dict(enable_seqscan="off", jit="off")
+    return dict(probe, enable_hashjoin="off", enable_mergejoin="off") if join else probe
 
 
 # ---------------------------------------------------------------------------- status, drop
@@ -598,7 +649,7 @@ def verify(plpy, name):
         "SELECT pg_catalog.count(*) FILTER (WHERE s.%s IS NULL) AS deleted, "
         "pg_catalog.count(*) FILTER (WHERE s.%s IS NOT NULL AND %s IS DISTINCT FROM k.row_hash) AS updated "
         "FROM %s AS k LEFT JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
-            C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req), req.output.qualified("_keys"),
+            C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req, "s", "k.row_hash"), req.output.qualified("_keys"),
             req.source["qname"], C.ident(req.key.name)))[0]
     late = late_rows(plpy, s, req)
     # a class whose rows in <output> or <output>_keys are not its recorded size violates too

@@ -46,6 +46,10 @@ CREATE TABLE IF NOT EXISTS @schema@.streams (
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     UNIQUE (owner, name)
 );
+-- the state's arrays are rewritten by every advance: stored uncompressed (compressing
+-- some 100 kB of row numbers cost more than the rest of the state's update)
+ALTER TABLE @schema@.streams ALTER COLUMN ahead SET STORAGE EXTERNAL, ALTER COLUMN sg_rows SET STORAGE EXTERNAL,
+    ALTER COLUMN sg_classes SET STORAGE EXTERNAL, ALTER COLUMN sg_emds SET STORAGE EXTERNAL;
 COMMENT ON TABLE @schema@.streams IS
     'SABRE_W streams (sabre_stream_create): parameters, position and S_G; each role sees its own';
 
