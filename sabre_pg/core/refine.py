@@ -26,10 +26,10 @@ from .mondrian import Partitioner
 
 
 def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarray | None = None,
-           keys: np.ndarray | None = None, emd_weight: float = 0.0) -> np.ndarray:
+           keys: np.ndarray | None = None, emd_weight: float = 0.0, search: str = "fast") -> np.ndarray:
     """The class id (0..C-1) of every row: ``classes`` (t-close, k-anonymous; default: the
-    whole table as one partition) cut while a searched cut stays t-close (``emd_weight``: see
-    :func:`.cut_search.cut_search`).
+    whole table as one partition) cut while a searched cut stays t-close (``emd_weight``,
+    ``search`` ('fast' or 'thorough'): see :func:`.cut_search.cut_search`).
 
     ``keys`` (default: the rows' Hilbert keys) order rows with equal values of a QI, so cuts
     through ties keep together rows that are close in the other QIs."""
@@ -37,4 +37,4 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
     p.order_ties(hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
                  if keys is None else keys)
     part = np.zeros(len(p.codes), dtype=np.int64) if classes is None else np.asarray(classes, np.int64)
-    return cut_search(p, part, emd_weight)
+    return cut_search(p, part, emd_weight, search)
