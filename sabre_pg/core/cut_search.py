@@ -37,8 +37,9 @@ QUANTILES = (0.5, 0.45, 0.55, 0.4, 0.6, 0.33, 0.67, 0.25, 0.75)
 DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most this
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
 FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
-# search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small)
-SEARCH = {"fast": (2, 16, 256), "thorough": (None, 64, 0)}
+# search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
+# sample: rows scoring a larger partition's cuts, 0 all)
+SEARCH = {"fast": (2, 16, 256, 512), "thorough": (None, 64, 0, 0)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
@@ -92,7 +93,7 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
         mine = o[searched[part[o], j]]
         if len(mine):
             sorted_parts.append(_SortedPartitions(p, mine, part[mine], j,
-                                                  np.where(searched[:, j], sizes, 0), setting[1]))
+                                                  np.where(searched[:, j], sizes, 0), *setting[1::2]))
     if not sorted_parts:                  # no partition has a QI to cut along
         return part, n_parts, final | live, wide, orders
     cands = [s.candidates(p) for s in sorted_parts]
@@ -128,8 +129,7 @@ def _widest(p, orders, sizes, count, small):
     starts = np.cumsum(sizes) - sizes
     spans = np.zeros((len(sizes), d))
     for j, o in enumerate(orders):
-        v = p.columns[o, j]
-        spans[q, j] = p.span(j, v[starts[q]], v[starts[q] + sizes[q] - 1])
+        spans[q, j] = p.span(j, p.columns[o[starts[q]], j], p.columns[o[starts[q] + sizes[q] - 1], j])
     wide = spans > 0
     if count is None or count >= d:
         return wide.copy(), wide
@@ -141,8 +141,8 @@ class _SortedPartitions:
     """The rows of the partitions searched on QI j, sorted by (partition, rank of QI j); each
     partition is a segment."""
 
-    def __init__(self, p, rows, owner, j, sizes, grid):
-        self.j, self.grid = j, grid
+    def __init__(self, p, rows, owner, j, sizes, grid, sample=0):
+        self.j, self.grid, self.sample = j, grid, sample
         self.rows, self.owner = rows, owner
         self.sizes = sizes
         self.starts = np.cumsum(sizes) - sizes
@@ -203,16 +203,22 @@ class _SortedPartitions:
         maxima of every QI (one reduction over the rows), then running ones over a
         partition's segments (a value offset by its partition's index never mixes with
         another's) give both parts' spans.  The stratified parts are segments of the rows
-        regrouped by (partition, part) in linear time (:meth:`_stratified_layout`)."""
+        regrouped by (partition, part) in linear time (:meth:`_stratified_layout`).
+
+        A partition of more than ``sample`` rows is scored on every r-th row of its order
+        (about ``sample`` rows) and the rows at its cuts: the scores rank the candidates
+        only, the exact check decides."""
         cuts = self.starts[owners] + pos
+        idx = self._sample(cuts)
         bounds = np.concatenate((self.starts[q], cuts))
         bounds.sort(kind="stable")
         at = np.searchsorted(bounds, cuts)
         group = np.searchsorted(self.starts[q], bounds, side="right") - 1
-        dest, s_bounds, s_q, n_left = self._stratified_layout()
+        bounds = np.searchsorted(idx, bounds)
+        dest, s_bounds, s_q = self._stratified_layout(idx)
         il_left, il_right, il_strat = np.zeros(len(cuts)), np.zeros(len(cuts)), np.zeros(len(s_bounds))
         for i, qi in enumerate(p.qis):
-            v = p.columns[self.rows, i]
+            v = p.columns[self.rows[idx], i]
             width = p.scale[i] if qi.numerical else qi.hierarchy.n_leaves + 1.0
             lo, hi = np.minimum.reduceat(v, bounds), np.maximum.reduceat(v, bounds)
             off = 2.0 * width * group
@@ -226,26 +232,40 @@ class _SortedPartitions:
             w[dest] = v
             il_strat += p.span(i, np.minimum.reduceat(w, s_bounds), np.maximum.reduceat(w, s_bounds))
         d = len(p.qis)
-        total = il_strat[0::2] * n_left[s_q] + il_strat[1::2] * (self.sizes[s_q] - n_left[s_q])
-        good = (n_left[s_q] >= p.k) & (self.sizes[s_q] - n_left[s_q] >= p.k)
+        n_left = np.bincount(self.owner, weights=self.strat_left, minlength=len(self.sizes))[s_q]
+        total = il_strat[0::2] * n_left + il_strat[1::2] * (self.sizes[s_q] - n_left)
+        good = (n_left >= p.k) & (self.sizes[s_q] - n_left >= p.k)
         return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / d,
                 s_q[good], total[good] / d)
 
-    def _stratified_layout(self):
-        """Where each row goes when the rows are regrouped by (partition, stratified part,
-        left first), keeping their order; the parts' first indices (two per partition
-        present; an empty part's is not used) and those partitions; left rows per
-        partition."""
-        left = self.strat_left
-        n_left = np.bincount(self.owner, weights=left, minlength=len(self.sizes)).astype(np.int64)
-        start = self.starts[self.owner]
+    def _sample(self, cuts):
+        """Indices (sorted) of the rows scoring the cuts: all rows of a partition of at most
+        ``sample`` rows, else every r-th row of it, its last row and the rows at ``cuts``."""
+        if not self.sample or self.sizes.max() <= self.sample:
+            return np.arange(len(self.rows))
+        stride = np.maximum(self.sizes // self.sample, 1)
+        i = np.arange(len(self.rows))
+        keep = (i - self.starts[self.owner]) % stride[self.owner] == 0
+        keep[cuts] = True
+        keep[(self.starts + self.sizes - 1)[self.sizes > 0]] = True
+        return np.flatnonzero(keep)
+
+    def _stratified_layout(self, idx):
+        """Where each row of ``idx`` goes when they are regrouped by (partition, stratified
+        part, left first), keeping their order; the parts' first indices (two per partition
+        present; an empty part's is not used) and those partitions."""
+        left, owner = self.strat_left[idx], self.owner[idx]
+        sizes = np.bincount(owner, minlength=len(self.sizes))
+        starts = np.cumsum(sizes) - sizes
+        n_left = np.bincount(owner, weights=left, minlength=len(self.sizes)).astype(np.int64)
+        start = starts[owner]
         cl = np.r_[0, np.cumsum(left)]
         cr = np.arange(len(cl)) - cl
         i = np.arange(len(left))
-        dest = np.where(left, start + cl[i] - cl[start], start + n_left[self.owner] + cr[i] - cr[start])
-        q = np.flatnonzero(self.sizes)
-        bounds = np.stack((self.starts[q], self.starts[q] + n_left[q]), axis=1).ravel()
-        return dest, np.minimum(bounds, len(left) - 1), q, n_left
+        dest = np.where(left, start + cl[i] - cl[start], start + n_left[owner] + cr[i] - cr[start])
+        q = np.flatnonzero(sizes)
+        bounds = np.stack((starts[q], starts[q] + n_left[q]), axis=1).ravel()
+        return dest, np.minimum(bounds, len(left) - 1), q
 
     def _snap(self, p, q, pos):
         """``pos`` moved to the boundary between children of the partition's lowest common
