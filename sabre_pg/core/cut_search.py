@@ -39,7 +39,7 @@ DENSE_GAIN = 4           # a running count costs about a quarter of a row gather
 FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
 # search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
 # sample: rows scoring a larger partition's cuts, 0 all)
-SEARCH = {"fast": (2, 16, 256, 512), "thorough": (None, 64, 0, 0)}
+SEARCH = {"fast": (2, 16, 256, 8192), "thorough": (None, 64, 0, 0)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
