@@ -217,8 +217,11 @@ class _SortedPartitions:
         bounds = np.searchsorted(idx, bounds)
         dest, s_bounds, s_q = self._stratified_layout(idx)
         il_left, il_right, il_strat = np.zeros(len(cuts)), np.zeros(len(cuts)), np.zeros(len(s_bounds))
+        block = p.by_row[self.rows[idx]]          # one gather of whole rows
+        strat = np.empty_like(block)
+        strat[dest] = block
         for i, qi in enumerate(p.qis):
-            v = p.columns[self.rows[idx], i]
+            v = block[:, i]
             width = p.scale[i] if qi.numerical else qi.hierarchy.n_leaves + 1.0
             lo, hi = np.minimum.reduceat(v, bounds), np.maximum.reduceat(v, bounds)
             off = 2.0 * width * group
@@ -228,8 +231,7 @@ class _SortedPartitions:
             shi = (np.maximum.accumulate((hi - off)[::-1]) + off[::-1])[::-1]
             il_left += p.span(i, plo[at - 1], phi[at - 1])
             il_right += p.span(i, slo[at], shi[at])
-            w = np.empty_like(v)
-            w[dest] = v
+            w = strat[:, i]
             il_strat += p.span(i, np.minimum.reduceat(w, s_bounds), np.maximum.reduceat(w, s_bounds))
         d = len(p.qis)
         n_left = np.bincount(self.owner, weights=self.strat_left, minlength=len(self.sizes))[s_q]
