@@ -3,9 +3,9 @@ loss falls most among the cuts that stay t-close (``method => 'refine'``).
 
 t-Mondrian (:mod:`.mondrian`) tries one cut per QI -- at the median, widest QI first -- and
 stops a partition when those are refused.  A t-close cut is often elsewhere: off the median
-(the median row splits one SA value's run), or along a categorical QI's hierarchy (children of the partition's lowest
-common ancestor).  The search therefore scores, per partition and per QI searched, several
-cuts of the rows sorted by the QI (ties by Hilbert key):
+(the median row splits one SA value's run), or along a categorical QI's hierarchy (children
+of the partition's lowest common ancestor).  The search therefore scores, per partition and
+per QI searched, several cuts of the rows sorted by the QI (ties by Hilbert key):
 
 * at the quantiles :data:`QUANTILES` of the partition (each part >= k rows);
 * the same quantiles moved to the nearest boundary between children of the lowest common
@@ -132,8 +132,8 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
 def _widest(p, orders, sizes, count, small):
     """(partitions x QIs) whether the partition's cuts are searched on the QI: every QI with
     a span > 0, or in a partition of fewer than ``small`` rows its ``count`` widest QIs by
-    normalized span (count None: every QI); and whether the span is > 0.  The ends of a partition's segment in a QI's order are its smallest and
-    largest values."""
+    normalized span (count None: every QI); and whether the span is > 0.  The ends of a
+    partition's segment in a QI's order are its smallest and largest values."""
     d = len(orders)
     q = np.flatnonzero(sizes)
     starts = np.cumsum(sizes) - sizes
@@ -159,6 +159,7 @@ class _SortedPartitions:
         self.strat_left = _stratified_cut(p.codes[self.rows], self.owner, len(sizes))
         self._running = None
         self._leaves = None      # categorical QI: leaf per row, partitions' lowest leaves...
+        self._change_at = None   # see _changes
 
     def candidates(self, p) -> dict:
         """Candidate cuts of every partition on this QI (arrays: owner, dim, pos, strat,
@@ -173,8 +174,9 @@ class _SortedPartitions:
         positions += [np.clip(np.rint(f * size).astype(np.int64), k, size - k)
                       for f in np.arange(1, self.grid) / self.grid]
         n_fixed = len(positions) - self.grid + 1
-        owners = np.concatenate([q] * len(positions) + [self.owner[self._changes(p)]])
-        at = np.concatenate(positions + [self._changes(p) - self.starts[self.owner[self._changes(p)]]])
+        changes = self._changes(p)
+        owners = np.concatenate([q] * len(positions) + [self.owner[changes]])
+        at = np.concatenate(positions + [changes - self.starts[self.owner[changes]]])
         fixed = np.arange(len(at)) < n_fixed * len(q)
         key, inv = np.unique(owners * (len(self.rows) + 1) + at, return_inverse=True)
         fixed = np.bincount(inv.reshape(-1), weights=fixed, minlength=len(key)) > 0
@@ -193,12 +195,12 @@ class _SortedPartitions:
         """Indices (into the rows) where the value of QI j changes inside a partition, at
         least k rows from both ends; at most about ``4 grid`` per partition (evenly thinned):
         a cut between two values narrows the QI, a cut through a run of one value does not."""
-        if getattr(self, "_change_at", None) is None:
+        if self._change_at is None:
             v = p.columns[self.rows, self.j]
             c = np.flatnonzero((v[1:] != v[:-1]) & (self.owner[1:] == self.owner[:-1])) + 1
+            pos = c - self.starts[self.owner[c]]
+            c = c[(pos >= p.k) & (pos <= self.sizes[self.owner[c]] - p.k)]
             own = self.owner[c]
-            pos = c - self.starts[own]
-            c, own = c[(pos >= p.k) & (pos <= self.sizes[own] - p.k)], own[(pos >= p.k) & (pos <= self.sizes[own] - p.k)]
             count = np.bincount(own, minlength=len(self.sizes))
             first = np.cumsum(count) - count
             rank = np.arange(len(c)) - first[own]
@@ -226,7 +228,8 @@ class _SortedPartitions:
         group = np.searchsorted(self.starts[q], bounds, side="right") - 1
         bounds = np.searchsorted(idx, bounds)
         dest, s_bounds, s_q = self._stratified_layout(idx)
-        il_left, il_right, il_strat = np.zeros(len(cuts)), np.zeros(len(cuts)), np.zeros(len(s_bounds))
+        il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
+        il_strat = np.zeros(len(s_bounds))
         block = p.by_row[self.rows[idx]]          # one gather of whole rows
         strat = np.empty_like(block)
         strat[dest] = block
