@@ -7,7 +7,8 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
   python benchmarks/bench_methods.py adult              # Adult, occupation SA, t = 0.2, k = 5
   python benchmarks/bench_methods.py census --rows 100000 [--flat]
   python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
-  --methods ak,knn,mondrian,refine,refine-w                # refine-w: emd_weight 0.2
+  --methods ak,knn,mondrian,refine,refine-w,refine-t       # refine-w: emd_weight 0.2,
+                                                           # refine-t: search 'thorough'
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
 
@@ -36,7 +37,7 @@ from sabre_pg.core.sabre import QuasiIdentifier, anonymize, generalize_classes  
 from sabre_pg.synthetic import census  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
-         "refine-w": "refine, emd_weight 0.2"}
+         "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough"}
 EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
 
 
@@ -70,6 +71,8 @@ def run(qis, codes, domain, t, k, method) -> dict:
     tic, cpu = time.perf_counter(), time.process_time()
     if method == "refine-w":
         ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
+    elif method == "refine-t":
+        ec = refine(qis, codes, domain, t, k, search="thorough")
     else:
         ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False).ec
     seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu
@@ -108,9 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("data", choices=["adult", "census", "speed"])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--flat", action="store_true", help="census: salary as a flat categorical SA")
-    ap.add_argument("--methods", default="ak,knn,mondrian,refine")
+    ap.add_argument("--methods", default=None, help="default: ak,knn,mondrian,refine (speed: ak,refine)")
     a = ap.parse_args(argv)
-    methods = a.methods.split(",")
+    methods = (a.methods or ("ak,refine" if a.data == "speed" else "ak,knn,mondrian,refine")).split(",")
     if a.data == "adult":
         qis, codes, dom = adult(Path(os.environ.get("SABRE_DATA", "/work/shared/data")))
         configs, title = [(0.2, 5)], "Adult, occupation (hierarchical SA), 8 QIs"
@@ -121,7 +124,8 @@ def main(argv=None) -> int:
         configs = [(t, k) for t in (0.15, 0.25, 0.35) for k in (2, 6, 10, 20)]
         title = "census-like, %d rows, salary %s SA" % (a.rows, "flat" if a.flat else "numerical")
         if a.data == "speed":
-            configs, methods = [(0.35, 6)], ["ak", "refine"]
+            configs = [(0.35, 6)]
+            methods = [m for m in methods if m in ("ak", "mondrian", "refine", "refine-t")] or ["ak", "refine"]
     records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
     print(table(records, title))
     if "refine" in methods and "mondrian" in methods:

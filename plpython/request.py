@@ -18,7 +18,7 @@ from . import common as C
 from . import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
-               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions")
+               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
           "the whole table; typical values are 0.1 to 0.5.")
@@ -78,6 +78,7 @@ class Options:
     refresh: str                   # "swap" (new relations take the names) | "mvcc" (rows replaced in place)
     given: dict                    # as the caller gave them (recorded in the catalog)
     labels: bool = False           # the view <output>_labels (labels.py)
+    search: str = "fast"           # method 'refine': cut search setting (core/cut_search.py)
 
 
 @dataclass(frozen=True)
@@ -247,8 +248,11 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
     weights = parse_weights(given.get("weights"), [a.name for a in qis])
     labels = boolean_option(given, "labels", False, "true adds the view <output>_labels, numerical "
                             "quasi-identifiers as text labels such as [20, 29] (for BI tools).")
+    search = _choice(given, "search", "fast", ("fast", "thorough"),
+                     "method 'refine': 'fast' (default) searches small partitions' cuts on their two widest "
+                     "quasi-identifiers; 'thorough' on every one (slower on large tables).")
     return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given,
-                   labels)
+                   labels, search)
 
 
 def _keep(keep, columns, qis) -> tuple:

@@ -3,18 +3,28 @@ loss falls most among the cuts that stay t-close (``method => 'refine'``).
 
 t-Mondrian (:mod:`.mondrian`) tries one cut per QI -- at the median, widest QI first -- and
 stops a partition when those are refused.  A t-close cut is often elsewhere: off the median
-(the median row splits one SA value's run), or along a categorical QI's hierarchy (children of
-the partition's lowest common ancestor).  The search therefore scores, per partition and per
-QI, several cuts of the rows sorted by the QI (ties by Hilbert key):
+(the median row splits one SA value's run), or along a categorical QI's hierarchy (children
+of the partition's lowest common ancestor).  The search therefore scores, per partition and
+per QI searched, several cuts of the rows sorted by the QI (ties by Hilbert key):
 
 * at the quantiles :data:`QUANTILES` of the partition (each part >= k rows);
 * the same quantiles moved to the nearest boundary between children of the lowest common
   ancestor, for a categorical QI with a hierarchy (the parts then generalize to lower nodes);
-* the position where the parts' information loss is least (every position is scored: segment
-  prefix and suffix minima and maxima of every QI give both parts' spans in O(1));
+* the least-IL position among a grid of positions and the positions where the QI's value
+  changes (at most about 4 grid of them; a cut through a run of one value does not narrow
+  it).  Only that one of them is a candidate: more candidates let the greedy keep cuts that
+  leave worse partitions (Adult: AIL 0.334 with all of them against 0.322);
 * SABRE's stratified cut (:func:`.mondrian._stratified_cut`): of each SA value's rows, the
   half with the smaller QI values goes left, so both parts keep about the partition's SA
   distribution.
+
+Scores come from segment reductions: the candidate positions split a partition into segments,
+``np.minimum/maximum.reduceat`` give every segment's smallest and largest value of every QI,
+running ones over the segments both parts' spans -- O(n d) per QI searched and round.  The
+setting (:data:`SEARCH`, ``options.search``) bounds the work: 'fast' searches a partition of
+fewer than 256 rows on its two widest QIs (normalized span; on every QI in the next round if
+those refuse) and scores a partition of more than 8192 rows on a sample of its rows;
+'thorough' searches every QI with a grid of 64 on every row.
 
 The score of a cut is the summed information loss of its rows after it, ``|L| IL(L) + |R|
 IL(R)`` (IL as the metrics define it: the mean normalized span over the QIs, a categorical
@@ -31,25 +41,35 @@ from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
 from .mondrian import Partitioner, _stratified_cut
 
-__all__ = ["cut_search", "QUANTILES"]
+__all__ = ["cut_search", "QUANTILES", "SEARCH"]
 
 QUANTILES = (0.5, 0.45, 0.55, 0.4, 0.6, 0.33, 0.67, 0.25, 0.75)
 DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most this
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
 FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
+# search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
+# sample: rows scoring a larger partition's cuts, 0 all)
+SEARCH = {"fast": (2, 16, 256, 8192), "thorough": (None, 64, 0, 0)}
 
 
-def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0) -> np.ndarray:
+def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
+               search: str = "fast") -> np.ndarray:
     """Cut the partitions of ``part`` (ids 0..P-1; each t-close and k-anonymous) while a
     candidate cut is t-close; returns the class id (0..C-1) of every row.
+
+    ``search`` (:data:`SEARCH`): 'fast' scores a partition's cuts on its widest QIs only
+    (normalized span) at fewer positions; 'thorough' on every QI.
 
     ``emd_weight`` w > 0: every candidate is checked, and among the t-close ones a partition
     keeps the least ``score * (1 + w * EMD / t)`` (EMD: the larger of its parts'), so a cut
     that leaves slack for the next ones can win over a slightly better one now (Adult,
     w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower)."""
+    if search not in SEARCH:
+        raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)
+    wide = np.zeros(n_parts, dtype=bool)     # searched on every QI (its widest ones failed)
     ranks = p.ranks_of(None)
     orders = []                  # per QI, the rows not yet final in (partition, value) order
     for j in range(p.columns.shape[1]):
@@ -57,107 +77,210 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0) -> np.
         by_value[ranks[:, j]] = np.arange(len(part))
         orders.append(by_value[stable_argsort(part[by_value])])
     while not final.all():
-        part, n_parts, final, orders = _search_round(p, part, n_parts, final, orders, emd_weight)
+        part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
+                                                           emd_weight, SEARCH[search])
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _search_round(p, part, n_parts, final, orders, emd_weight):
+def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
-    ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j)."""
+    ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j);
+    ``setting``: an entry of :data:`SEARCH`.  A partition searched on
+    its widest QIs only and refused is searched on every QI in the next round (``wide``)."""
     sizes = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
     orders = [o[live[part[o]]] for o in orders]
     if not len(orders[0]):
-        return part, n_parts, final, orders
+        return part, n_parts, final, wide, orders
     sizes = np.where(live, sizes, 0)
-    sorted_parts = [_SortedPartitions(p, o, part[o], j, sizes) for j, o in enumerate(orders)]
+    searched, every = _widest(p, orders, sizes, setting[0], setting[2])
+    searched |= every & wide[:, None]
+    narrow = (searched != every).any(axis=1)     # a QI that could cut was not searched
+    sorted_parts = []
+    for j, o in enumerate(orders):
+        mine = o[searched[part[o], j]]
+        if len(mine):
+            sorted_parts.append(_SortedPartitions(p, mine, part[mine], j,
+                                                  np.where(searched[:, j], sizes, 0), *setting[1::2]))
+    if not sorted_parts:                  # no partition has a QI to cut along
+        return part, n_parts, final | live, wide, orders
     cands = [s.candidates(p) for s in sorted_parts]
     cand = {key: np.concatenate([c[key] for c in cands]) for key in cands[0]}
     chosen = _check_best_first(p, sorted_parts, cand, n_parts, emd_weight)
     has = chosen >= 0
-    final = final | (live & ~has)
+    wide = live & ~has & narrow
+    final = final | (live & ~has & ~narrow)
     new_part = part.copy()
     ids = np.flatnonzero(has)
     c = chosen[ids]
-    for j, s in enumerate(sorted_parts):
-        mine = cand["dim"][c] == j
+    for s in sorted_parts:
+        mine = cand["dim"][c] == s.j
         if mine.any():
             r, right = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
             new_part[r] = n_parts + 2 * part[r] + right
     present = np.bincount(new_part, minlength=3 * n_parts) > 0
     used = np.flatnonzero(present)
     final = np.concatenate((final, np.zeros(2 * n_parts, dtype=bool)))[used]
+    wide = np.concatenate((wide, np.zeros(2 * n_parts, dtype=bool)))[used]
     part = (np.cumsum(present) - 1)[new_part]
     orders = [o[stable_argsort(part[o])] for o in orders]      # stable: value order kept
-    return part, len(used), final, orders
+    return part, len(used), final, wide, orders
+
+
+def _widest(p, orders, sizes, count, small):
+    """(partitions x QIs) whether the partition's cuts are searched on the QI: every QI with
+    a span > 0, or in a partition of fewer than ``small`` rows its ``count`` widest QIs by
+    normalized span (count None: every QI); and whether the span is > 0.  The ends of a
+    partition's segment in a QI's order are its smallest and largest values."""
+    d = len(orders)
+    q = np.flatnonzero(sizes)
+    starts = np.cumsum(sizes) - sizes
+    spans = np.zeros((len(sizes), d))
+    for j, o in enumerate(orders):
+        spans[q, j] = p.span(j, p.columns[o[starts[q]], j], p.columns[o[starts[q] + sizes[q] - 1], j])
+    wide = spans > 0
+    if count is None or count >= d:
+        return wide.copy(), wide
+    rank = np.argsort(np.argsort(-spans, axis=1, kind="stable"), axis=1, kind="stable")
+    return wide & ((rank < count) | (sizes >= small)[:, None]), wide
 
 
 class _SortedPartitions:
-    """The live rows sorted by (partition, rank of QI j); each partition is a segment."""
+    """The rows of the partitions searched on QI j, sorted by (partition, rank of QI j); each
+    partition is a segment."""
 
-    def __init__(self, p, rows, owner, j, sizes):
-        self.j = j
+    def __init__(self, p, rows, owner, j, sizes, grid, sample=0):
+        self.j, self.grid, self.sample = j, grid, sample
         self.rows, self.owner = rows, owner
         self.sizes = sizes
         self.starts = np.cumsum(sizes) - sizes
         self.strat_left = _stratified_cut(p.codes[self.rows], self.owner, len(sizes))
         self._running = None
         self._leaves = None      # categorical QI: leaf per row, partitions' lowest leaves...
-        self._prefix_suffix_il(p)
-
-    def _prefix_suffix_il(self, p):
-        """IL of every segment prefix ending at x (``pre[x]``) and suffix starting at x.
-        Segment-wise running minima and maxima: a value offset by twice its partition's
-        index (numerical values scaled to [0, 1]; leaf positions offset by 2 L times it, in
-        integers) never mixes with another partition's."""
-        o = 2.0 * self.owner
-        pre = np.zeros(len(self.rows))
-        suf = np.zeros(len(self.rows))
-        for i, qi in enumerate(p.qis):
-            if qi.numerical:
-                v, off = p.unit[self.rows, i], o
-            else:                          # leaf positions, offset exactly in integers
-                v = p.columns[self.rows, i].astype(np.int64)
-                off = self.owner * (2 * qi.hierarchy.n_leaves)
-            lo = np.minimum.accumulate(v - off) + off
-            hi = np.maximum.accumulate(v + off) - off
-            slo = (np.minimum.accumulate((v + off)[::-1]) - off[::-1])[::-1]
-            shi = (np.maximum.accumulate((v - off)[::-1]) + off[::-1])[::-1]
-            pre += (hi - lo) if qi.numerical else p.span(i, lo, hi)
-            suf += (shi - slo) if qi.numerical else p.span(i, slo, shi)
-        d = len(p.qis)
-        self.pre, self.suf = pre / d, suf / d
-
-    def score(self, q, pos):
-        """Summed IL of partition q's rows after a cut leaving ``pos`` rows left."""
-        x = self.starts[q] + pos
-        return pos * self.pre[x - 1] + (self.sizes[q] - pos) * self.suf[x]
+        self._change_at = None   # see _changes
 
     def candidates(self, p) -> dict:
-        """Candidate cuts of every live partition on this QI (arrays: owner, dim, pos,
-        strat, score)."""
+        """Candidate cuts of every partition on this QI (arrays: owner, dim, pos, strat,
+        score)."""
         k = p.k
         q = np.flatnonzero(self.sizes >= 2 * k)
-        q = q[np.isin(q, self.owner)]
         size = self.sizes[q]
         positions = [np.clip(np.rint(f * size).astype(np.int64), k, size - k) for f in QUANTILES]
         qi = p.qis[self.j]
         if not qi.numerical and qi.hierarchy.n_leaves > 1:
             positions += [self._snap(p, q, pos) for pos in positions]
-        positions.append(self._best_position(q, k))
-        owners = np.concatenate([q] * len(positions))
-        pos = np.concatenate(positions)
-        scores = self.score(owners, pos)
-        key, first = np.unique(owners * (len(self.rows) + 1) + pos, return_index=True)
-        owners, pos, scores = owners[first], pos[first], scores[first]
-        s_owner, s_score = self._stratified_scores(p)
+        positions += [np.clip(np.rint(f * size).astype(np.int64), k, size - k)
+                      for f in np.arange(1, self.grid) / self.grid]
+        n_fixed = len(positions) - self.grid + 1
+        changes = self._changes(p)
+        owners = np.concatenate([q] * len(positions) + [self.owner[changes]])
+        at = np.concatenate(positions + [changes - self.starts[self.owner[changes]]])
+        fixed = np.arange(len(at)) < n_fixed * len(q)
+        key, inv = np.unique(owners * (len(self.rows) + 1) + at, return_inverse=True)
+        fixed = np.bincount(inv.reshape(-1), weights=fixed, minlength=len(key)) > 0
+        owners, pos = key // (len(self.rows) + 1), key % (len(self.rows) + 1)
+        scores, s_owner, s_score = self._scores(p, q, owners, pos)
+        order = np.lexsort((pos, scores, owners))       # grid and changes: the least-IL one
+        fixed[order[np.r_[True, owners[order][1:] != owners[order][:-1]]]] = True
+        owners, pos, scores = owners[fixed], pos[fixed], scores[fixed]
         return {"owner": np.concatenate((owners, s_owner)),
                 "dim": np.full(len(owners) + len(s_owner), self.j),
                 "pos": np.concatenate((pos, np.zeros(len(s_owner), dtype=np.int64))),
                 "strat": np.concatenate((np.zeros(len(owners), bool), np.ones(len(s_owner), bool))),
                 "score": np.concatenate((scores, s_score))}
+
+    def _changes(self, p):
+        """Indices (into the rows) where the value of QI j changes inside a partition, at
+        least k rows from both ends; at most about ``4 grid`` per partition (evenly thinned):
+        a cut between two values narrows the QI, a cut through a run of one value does not."""
+        if self._change_at is None:
+            v = p.columns[self.rows, self.j]
+            c = np.flatnonzero((v[1:] != v[:-1]) & (self.owner[1:] == self.owner[:-1])) + 1
+            pos = c - self.starts[self.owner[c]]
+            c = c[(pos >= p.k) & (pos <= self.sizes[self.owner[c]] - p.k)]
+            own = self.owner[c]
+            count = np.bincount(own, minlength=len(self.sizes))
+            first = np.cumsum(count) - count
+            rank = np.arange(len(c)) - first[own]
+            step = np.maximum(count // (4 * self.grid), 1)
+            self._change_at = c[rank % step[own] == 0]
+        return self._change_at
+
+    def _scores(self, p, q, owners, pos):
+        """Summed IL ``|L| IL(L) + |R| IL(R)`` of the cuts (owners, pos), sorted by owner then
+        pos, and (owners, summed IL) of the partitions' stratified cuts with >= k rows each
+        side.  The cut positions split each partition into segments; segment minima and
+        maxima of every QI (one reduction over the rows), then running ones over a
+        partition's segments (a value offset by its partition's index never mixes with
+        another's) give both parts' spans.  The stratified parts are segments of the rows
+        regrouped by (partition, part) in linear time (:meth:`_stratified_layout`).
+
+        A partition of more than ``sample`` rows is scored on every r-th row of its order
+        (about ``sample`` rows) and the rows at its cuts: the scores rank the candidates
+        only, the exact check decides."""
+        cuts = self.starts[owners] + pos
+        idx = self._sample(cuts)
+        bounds = np.concatenate((self.starts[q], cuts))
+        bounds.sort(kind="stable")
+        at = np.searchsorted(bounds, cuts)
+        group = np.searchsorted(self.starts[q], bounds, side="right") - 1
+        bounds = np.searchsorted(idx, bounds)
+        dest, s_bounds, s_q = self._stratified_layout(idx)
+        il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
+        il_strat = np.zeros(len(s_bounds))
+        block = p.by_row[self.rows[idx]]          # one gather of whole rows
+        strat = np.empty_like(block)
+        strat[dest] = block
+        for i, qi in enumerate(p.qis):
+            v = block[:, i]
+            width = p.scale[i] if qi.numerical else qi.hierarchy.n_leaves + 1.0
+            lo, hi = np.minimum.reduceat(v, bounds), np.maximum.reduceat(v, bounds)
+            off = 2.0 * width * group
+            plo = np.minimum.accumulate(lo - off) + off
+            phi = np.maximum.accumulate(hi + off) - off
+            slo = (np.minimum.accumulate((lo + off)[::-1]) - off[::-1])[::-1]
+            shi = (np.maximum.accumulate((hi - off)[::-1]) + off[::-1])[::-1]
+            il_left += p.span(i, plo[at - 1], phi[at - 1])
+            il_right += p.span(i, slo[at], shi[at])
+            w = strat[:, i]
+            il_strat += p.span(i, np.minimum.reduceat(w, s_bounds), np.maximum.reduceat(w, s_bounds))
+        d = len(p.qis)
+        n_left = np.bincount(self.owner, weights=self.strat_left, minlength=len(self.sizes))[s_q]
+        total = il_strat[0::2] * n_left + il_strat[1::2] * (self.sizes[s_q] - n_left)
+        good = (n_left >= p.k) & (self.sizes[s_q] - n_left >= p.k)
+        return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / d,
+                s_q[good], total[good] / d)
+
+    def _sample(self, cuts):
+        """Indices (sorted) of the rows scoring the cuts: all rows of a partition of at most
+        ``sample`` rows, else every r-th row of it, its last row and the rows at ``cuts``."""
+        if not self.sample or self.sizes.max() <= self.sample:
+            return np.arange(len(self.rows))
+        stride = np.maximum(self.sizes // self.sample, 1)
+        i = np.arange(len(self.rows))
+        keep = (i - self.starts[self.owner]) % stride[self.owner] == 0
+        keep[cuts] = True
+        keep[(self.starts + self.sizes - 1)[self.sizes > 0]] = True
+        return np.flatnonzero(keep)
+
+    def _stratified_layout(self, idx):
+        """Where each row of ``idx`` goes when they are regrouped by (partition, stratified
+        part, left first), keeping their order; the parts' first indices (two per partition
+        present; an empty part's is not used) and those partitions."""
+        left, owner = self.strat_left[idx], self.owner[idx]
+        sizes = np.bincount(owner, minlength=len(self.sizes))
+        starts = np.cumsum(sizes) - sizes
+        n_left = np.bincount(owner, weights=left, minlength=len(self.sizes)).astype(np.int64)
+        start = starts[owner]
+        cl = np.r_[0, np.cumsum(left)]
+        cr = np.arange(len(cl)) - cl
+        i = np.arange(len(left))
+        dest = np.where(left, start + cl[i] - cl[start], start + n_left[owner] + cr[i] - cr[start])
+        q = np.flatnonzero(sizes)
+        bounds = np.stack((starts[q], starts[q] + n_left[q]), axis=1).ravel()
+        return dest, np.minimum(bounds, len(left) - 1), q
 
     def _snap(self, p, q, pos):
         """``pos`` moved to the boundary between children of the partition's lowest common
@@ -173,43 +296,6 @@ class _SortedPartitions:
         bound = np.where(h.lo[child] > lo, h.lo[child], h.hi[child])
         idx = np.searchsorted(keys, q * (h.n_leaves + 1) + bound)
         return np.clip(idx - self.starts[q], p.k, self.sizes[q] - p.k)
-
-    def _best_position(self, q, k):
-        """Per partition q, the position in [k, size - k] with the least score."""
-        idx = np.flatnonzero(self.sizes[self.owner] >= 2 * k)
-        pos = idx - self.starts[self.owner[idx]]
-        ok = (pos >= k) & (pos <= self.sizes[self.owner[idx]] - k)
-        idx, pos = idx[ok], pos[ok]
-        own = self.owner[idx]
-        s = self.score(own, pos)
-        starts = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])     # own is sorted
-        least = np.minimum.reduceat(s, starts) if len(s) else s
-        at = np.flatnonzero(s <= np.repeat(least, np.diff(np.r_[starts, len(s)])))
-        firsts = at[np.r_[True, own[at][1:] != own[at][:-1]]]
-        best = np.zeros(len(self.sizes), dtype=np.int64)
-        best[own[firsts]] = pos[firsts]
-        return best[q]
-
-    def _stratified_scores(self, p):
-        """Score of the stratified cut of every partition with >= k rows each side."""
-        left = self.strat_left
-        n_left = np.bincount(self.owner, weights=left, minlength=len(self.sizes))
-        ok = (n_left >= p.k) & (self.sizes - n_left >= p.k)
-        sel = ok[self.owner]
-        label = 2 * self.owner[sel] + ~left[sel]
-        order = stable_argsort(label)
-        label = label[order]
-        rows = self.rows[sel][order]
-        starts = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
-        il = np.zeros(len(starts))
-        for i in range(len(p.qis)):
-            v = p.columns[rows, i]
-            il += p.span(i, np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts))
-        il /= len(p.qis)
-        count = np.diff(np.r_[starts, len(label)])
-        owners = np.unique(label[starts] // 2)
-        total = np.bincount(label[starts] // 2, weights=il * count, minlength=len(self.sizes))
-        return owners, total[owners]
 
     def row_groups(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
@@ -297,8 +383,8 @@ def _check(p, orders, cand, pick, copies, with_emd=False) -> np.ndarray:
     (cost: m per candidate, plus n m to make the counts)."""
     m = p.domain.m
     parts = []
-    for j, order in enumerate(orders):
-        mine = pick[cand["dim"][pick] == j]
+    for order in orders:
+        mine = pick[cand["dim"][pick] == order.j]
         if not len(mine):
             continue
         size = order.sizes[cand["owner"][mine]]

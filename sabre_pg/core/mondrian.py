@@ -47,7 +47,7 @@ class Partitioner:
         self.ranks = None       # per QI, every row's position in its order (see rank)
         self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
         self.other_sas = []     # (codes, domain, t) of further SAs (add_sa)
-        self._unit = None
+        self._by_row = None
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
@@ -88,12 +88,12 @@ class Partitioner:
         return (h.leaf_count[h.lca_node(lo, hi)] - 1) / (h.n_leaves - 1)
 
     @property
-    def unit(self) -> np.ndarray:
-        """QI values scaled to [0, 1] by the table's range (numerical QIs; the spans of the
-        cut search's scores), made on first use."""
-        if self._unit is None:
-            self._unit = np.asfortranarray((self.columns - self.columns.min(axis=0)) / self.scale)
-        return self._unit
+    def by_row(self) -> np.ndarray:
+        """``columns`` stored row by row (a row's QI values adjacent: gathers of whole rows,
+        the cut search's), made on first use."""
+        if self._by_row is None:
+            self._by_row = np.ascontiguousarray(self.columns)
+        return self._by_row
 
     def spans(self, part: np.ndarray, n_parts: int) -> np.ndarray:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0

@@ -17,6 +17,8 @@ AIL 0.318 against 0.357).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .cut_search import cut_search
@@ -26,15 +28,22 @@ from .mondrian import Partitioner
 
 
 def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarray | None = None,
-           keys: np.ndarray | None = None, emd_weight: float = 0.0) -> np.ndarray:
+           keys: np.ndarray | None = None, emd_weight: float = 0.0, search: str = "fast") -> np.ndarray:
     """The class id (0..C-1) of every row: ``classes`` (t-close, k-anonymous; default: the
-    whole table as one partition) cut while a searched cut stays t-close (``emd_weight``: see
-    :func:`.cut_search.cut_search`).
+    whole table as one partition) cut while a searched cut stays t-close (``emd_weight``,
+    ``search`` ('fast' or 'thorough'): see :func:`.cut_search.cut_search`).
 
     ``keys`` (default: the rows' Hilbert keys) order rows with equal values of a QI, so cuts
     through ties keep together rows that are close in the other QIs."""
-    p = Partitioner(qis, sa_codes, domain, t, k)
-    p.order_ties(hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
-                 if keys is None else keys)
-    part = np.zeros(len(p.codes), dtype=np.int64) if classes is None else np.asarray(classes, np.int64)
-    return cut_search(p, part, emd_weight)
+    if keys is None:
+        keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
+    # rows stored in key order: a partition's rows lie close together in memory (the search
+    # gathers them once per QI and round)
+    at = np.argsort(keys, kind="stable")
+    p = Partitioner([dataclasses.replace(qi, values=np.asarray(qi.values)[at]) for qi in qis],
+                    np.asarray(sa_codes)[at], domain, t, k)
+    p.order_ties(np.asarray(keys)[at])
+    part = np.zeros(len(at), dtype=np.int64) if classes is None else np.asarray(classes, np.int64)[at]
+    ec = np.empty(len(at), dtype=np.int64)
+    ec[at] = cut_search(p, part, emd_weight, search)
+    return ec

@@ -59,3 +59,41 @@ def test_row_and_running_count_checks_agree(dense, monkeypatch):
     assert X.ordered_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom.m).violations(0.3, 4) == 0
     monkeypatch.setattr(CS, "DENSE_LIMIT", 1 << 30 if not dense else 0)
     assert np.array_equal(ec, refine(qis, codes, dom, 0.3, 4))
+
+
+@pytest.mark.parametrize("setting", ["fast", "thorough", (2, 4, 400, 150)],
+                         ids=["fast", "thorough", "sampled-narrow"])
+def test_search_settings_keep_every_class_t_close(setting, monkeypatch):
+    """Every search setting (a small-partition QI limit, a coarse grid and sampled scoring
+    included) publishes t-close, k-anonymous classes only, and cuts the table."""
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(3_000, seed=4)
+    if not isinstance(setting, str):
+        monkeypatch.setitem(CS.SEARCH, "fast", setting)
+        setting = "fast"
+    ec = refine(qis, codes, dom, 0.25, 5, search=setting)
+    e = X.ordered_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom.m)
+    assert e.violations(0.25, 5) == 0 and e.classes > 20
+    with pytest.raises(ValueError, match="search"):
+        refine(qis, codes, dom, 0.25, 5, search="quick")
+
+
+def test_scores_are_the_parts_information_loss():
+    """A cut's score is |L| IL(L) + |R| IL(R) of its parts, computed from the rows."""
+    from sabre_pg.core.cut_search import _SortedPartitions
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(2_000, seed=5)
+    p = Partitioner(qis, codes, dom, 0.3, 5)
+    part = np.arange(2_000) % 3
+    for j in range(len(qis)):
+        rows = np.lexsort((p.columns[:, j], part))
+        s = _SortedPartitions(p, rows, part[rows], j, np.bincount(part), grid=8)
+        owners, pos = np.array([0, 0, 1, 2]), np.array([5, 300, 17, 600])
+        got = s._scores(p, np.arange(3), owners, pos)[0]
+        for g, q, x in zip(got, owners, pos):
+            mine = rows[part[rows] == q]
+            want = sum(len(r) * np.mean([p.span(i, p.columns[r, i].min(keepdims=True),
+                                                p.columns[r, i].max(keepdims=True))[0]
+                                         for i in range(len(qis))]) for r in (mine[:x], mine[x:]))
+            assert g == pytest.approx(want)

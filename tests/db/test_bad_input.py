@@ -60,6 +60,7 @@ CASES = [
     ("method-unknown", dict(method="xyz"), "22023", ["xyz"]),
     ("takeout-unknown", dict(options={"takeout": "zigzag"}), "22023", ["zigzag"]),
     ("nulls-option-unknown", dict(options={"nulls": "ignore"}), "22023", ["ignore"]),
+    ("search-option-unknown", dict(method="refine", options={"search": "quick"}), "22023", ["quick"]),
     ("option-unknown", dict(options={"bogus": 1}), "22023", ["bogus"]),
     ("options-not-object", dict(options=[1, 2]), "22023", ["options"]),
     ("hierarchy-unknown", dict(options={"hierarchies": {"sex": "nope_h"}}), "42704", ["nope_h"]),
