@@ -215,54 +215,40 @@ def advance(plpy, name, max_advances=None):
     return out
 
 
-def arrival_number(s, req, alias="s") -> str:
-    """The arrival column as an order-preserving, exact ``numeric`` (what ``stream_rows``
-    records): integers and numerics as they are, a date's days since 2000-01-01, a
-    timestamp's epoch seconds (microsecond-exact)."""
-    col = "%s.%s" % (alias, C.ident(s["arrival"]))
-    typname = req.columns[s["arrival"]]["typname"]
-    if typname == "date":
-        return "((%s) OPERATOR(pg_catalog.-) '2000-01-01'::pg_catalog.date)::pg_catalog.numeric" % col
-    if typname in ("timestamp", "timestamptz"):
-        return "pg_catalog.extract('epoch', %s)" % col
-    return "(%s)::pg_catalog.numeric" % col
-
-
 def horizon(plpy, s, req):
-    """(arrival as text, arrival as numeric) of the current window's first row; (None, None)
-    before the first numbering or when that row was deleted: then every unnumbered row is a
-    candidate."""
+    """(the arrival, as text, of the current window's first row, that row's number); (None,
+    None) before the first numbering, (None, first) when that row was deleted: then every
+    unnumbered row is a candidate."""
     if not s["numbered"]:
         return None, None
     first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
     r = plpy.execute(
-        "SELECT (s.%s)::pg_catalog.text AS a, %s AS n FROM %s AS s JOIN %s AS r "
+        "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r "
         "ON s.%s OPERATOR(pg_catalog.=) r.key::%s WHERE r.stream_id = %d AND r.row_no = %d" % (
-            C.ident(s["arrival"]), arrival_number(s, req), req.source["qname"], C.catalog("stream_rows"),
+            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"),
             C.ident(req.key.name), req.key.col["type"], s["stream_id"], first))
-    return (r[0]["a"], r[0]["n"]) if len(r) else (None, None)
+    return (r[0]["a"] if len(r) else None), first
 
 
 def number_rows(plpy, s, req):
     """Give the rows not yet numbered the next row numbers (the late-row rule, module doc), in
     one set-based INSERT.  The candidates are the source rows from the horizon on; the numbered
-    rows they are matched against are those recorded with an arrival from the horizon on (an
-    index range of about a window's rows), so a hash anti-join decides, not a probe per row.
-    A numbered row whose recorded arrival is before the horizon (its arrival was since changed,
-    or it was numbered by an install that did not record arrivals) escapes that range: the
-    unique index on (stream, key) then refuses the insert, and the exact anti-join by key (an
-    index probe per candidate) numbers the rest -- no key is ever numbered twice.  The count
-    is recorded by the caller (with the advance's state, when one follows)."""
-    since, since_n = horizon(plpy, s, req)
+    rows they are matched against are those from the current window's first row on (a primary
+    key range of about a window's rows), so a hash anti-join decides, not a probe per row.
+    A numbered row before the window whose arrival is from the horizon on (numbered ahead of a
+    late row, or its arrival was since changed) escapes that range: the unique index on
+    (stream, key) then refuses the insert, and the exact anti-join by key (an index probe per
+    candidate) numbers the rest -- no key is ever numbered twice.  The count is recorded by the
+    caller (with the advance's state, when one follows)."""
+    since, first = horizon(plpy, s, req)
     where, matched = req.row_filter() or " WHERE true", ""
     if since is not None:
         where += " AND s.%s OPERATOR(pg_catalog.>=) $1::%s" % (C.ident(s["arrival"]),
                                                                req.columns[s["arrival"]]["type"])
-        matched = " AND r.arrival OPERATOR(pg_catalog.>=) $2::pg_catalog.numeric"
+        matched = " AND r.row_no OPERATOR(pg_catalog.>=) %d" % first
     try:
         with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off", **arrival_range(plpy, s, req)):
-            got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text", "numeric"]),
-                               [since, since_n])
+            got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text"]), [since])
     except plpy.SPIError as e:
         if getattr(e, "sqlstate", None) != "23505":
             raise
@@ -289,12 +275,11 @@ def numbering_sql(s, req, where, matched) -> str:
     """INSERT of the candidates ``where`` not numbered (among the numbered rows ``matched``)
     into ``stream_rows``, numbered on from ``s["numbered"]`` in (arrival, key) order."""
     key = C.ident(req.key.name)
-    return ("INSERT INTO %s (stream_id, row_no, key, arrival) SELECT %d, %d + pg_catalog.row_number() OVER "
-            "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text, %s FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
+    return ("INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER "
+            "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
             "WHERE r.stream_id = %d%s AND r.key OPERATOR(pg_catalog.=) (s.%s)::pg_catalog.text)" % (
                 C.catalog("stream_rows"), s["stream_id"], s["numbered"], C.ident(s["arrival"]), key, key,
-                arrival_number(s, req), req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"],
-                matched, key))
+                req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"], matched, key))
 
 
 def window_state(s, window):
