@@ -49,6 +49,9 @@ ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz"
 EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
          ("published_at", "timestamptz"))
 ROW_NO = "sabre_w row_no"           # the window table's own column: each row's number
+# the session's window tables as its committed advances left them: {stream id: (advances,
+# xmin of the state row written with them, window table oid, first row number, last)}
+_HELD = {}
 WINDOW_HINT = ("window_size (omega) and step (I) count rows; window_size must be a multiple of step, "
                "and step at least k, e.g. window_size => 20000, step => 5000.")
 
@@ -59,8 +62,8 @@ def load(plpy, name, lock=False) -> dict:
     its advisory lock, so the row read is the last committed advance's."""
     if name is None:
         raise E.null_not_allowed("name must not be NULL", "Pass the stream's name.")
-    query = "SELECT * FROM %s WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) CURRENT_USER" \
-        % C.catalog("streams")
+    query = "SELECT s.*, s.xmin::pg_catalog.text AS state_xmin FROM %s AS s WHERE s.name OPERATOR(pg_catalog.=) $1 " \
+        "AND s.owner OPERATOR(pg_catalog.=) CURRENT_USER" % C.catalog("streams")
     rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
     if not len(rows):
         raise E.SabreError(E.UNDEFINED_OBJECT, 'stream "%s" does not exist' % name,
@@ -215,54 +218,40 @@ def advance(plpy, name, max_advances=None):
     return out
 
 
-def arrival_number(s, req, alias="s") -> str:
-    """The arrival column as an order-preserving, exact ``numeric`` (what ``stream_rows``
-    records): integers and numerics as they are, a date's days since 2000-01-01, a
-    timestamp's epoch seconds (microsecond-exact)."""
-    col = "%s.%s" % (alias, C.ident(s["arrival"]))
-    typname = req.columns[s["arrival"]]["typname"]
-    if typname == "date":
-        return "((%s) OPERATOR(pg_catalog.-) '2000-01-01'::pg_catalog.date)::pg_catalog.numeric" % col
-    if typname in ("timestamp", "timestamptz"):
-        return "pg_catalog.extract('epoch', %s)" % col
-    return "(%s)::pg_catalog.numeric" % col
-
-
 def horizon(plpy, s, req):
-    """(arrival as text, arrival as numeric) of the current window's first row; (None, None)
-    before the first numbering or when that row was deleted: then every unnumbered row is a
-    candidate."""
+    """(the arrival, as text, of the current window's first row, that row's number); (None,
+    None) before the first numbering, (None, first) when that row was deleted: then every
+    unnumbered row is a candidate."""
     if not s["numbered"]:
         return None, None
     first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
     r = plpy.execute(
-        "SELECT (s.%s)::pg_catalog.text AS a, %s AS n FROM %s AS s JOIN %s AS r "
+        "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r "
         "ON s.%s OPERATOR(pg_catalog.=) r.key::%s WHERE r.stream_id = %d AND r.row_no = %d" % (
-            C.ident(s["arrival"]), arrival_number(s, req), req.source["qname"], C.catalog("stream_rows"),
+            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"),
             C.ident(req.key.name), req.key.col["type"], s["stream_id"], first))
-    return (r[0]["a"], r[0]["n"]) if len(r) else (None, None)
+    return (r[0]["a"] if len(r) else None), first
 
 
 def number_rows(plpy, s, req):
     """Give the rows not yet numbered the next row numbers (the late-row rule, module doc), in
     one set-based INSERT.  The candidates are the source rows from the horizon on; the numbered
-    rows they are matched against are those recorded with an arrival from the horizon on (an
-    index range of about a window's rows), so a hash anti-join decides, not a probe per row.
-    A numbered row whose recorded arrival is before the horizon (its arrival was since changed,
-    or it was numbered by an install that did not record arrivals) escapes that range: the
-    unique index on (stream, key) then refuses the insert, and the exact anti-join by key (an
-    index probe per candidate) numbers the rest -- no key is ever numbered twice.  The count
-    is recorded by the caller (with the advance's state, when one follows)."""
-    since, since_n = horizon(plpy, s, req)
+    rows they are matched against are those from the current window's first row on (a primary
+    key range of about a window's rows), so a hash anti-join decides, not a probe per row.
+    A numbered row before the window whose arrival is from the horizon on (numbered ahead of a
+    late row, or its arrival was since changed) escapes that range: the unique index on
+    (stream, key) then refuses the insert, and the exact anti-join by key (an index probe per
+    candidate) numbers the rest -- no key is ever numbered twice.  The count is recorded by the
+    caller (with the advance's state, when one follows)."""
+    since, first = horizon(plpy, s, req)
     where, matched = req.row_filter() or " WHERE true", ""
     if since is not None:
         where += " AND s.%s OPERATOR(pg_catalog.>=) $1::%s" % (C.ident(s["arrival"]),
                                                                req.columns[s["arrival"]]["type"])
-        matched = " AND r.arrival OPERATOR(pg_catalog.>=) $2::pg_catalog.numeric"
+        matched = " AND r.row_no OPERATOR(pg_catalog.>=) %d" % first
     try:
         with plpy.subtransaction(), C.settings(plpy, enable_nestloop="off", **arrival_range(plpy, s, req)):
-            got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text", "numeric"]),
-                               [since, since_n])
+            got = plpy.execute(plpy.prepare(numbering_sql(s, req, where, matched), ["text"]), [since])
     except plpy.SPIError as e:
         if getattr(e, "sqlstate", None) != "23505":
             raise
@@ -289,12 +278,11 @@ def numbering_sql(s, req, where, matched) -> str:
     """INSERT of the candidates ``where`` not numbered (among the numbered rows ``matched``)
     into ``stream_rows``, numbered on from ``s["numbered"]`` in (arrival, key) order."""
     key = C.ident(req.key.name)
-    return ("INSERT INTO %s (stream_id, row_no, key, arrival) SELECT %d, %d + pg_catalog.row_number() OVER "
-            "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text, %s FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
+    return ("INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER "
+            "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
             "WHERE r.stream_id = %d%s AND r.key OPERATOR(pg_catalog.=) (s.%s)::pg_catalog.text)" % (
                 C.catalog("stream_rows"), s["stream_id"], s["numbered"], C.ident(s["arrival"]), key, key,
-                arrival_number(s, req), req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"],
-                matched, key))
+                req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"], matched, key))
 
 
 def window_state(s, window):
@@ -330,18 +318,22 @@ def slide_window(plpy, s, req, window) -> str:
     (:func:`append`)."""
     table, start = window_table(s), window.first
     row_no = C.ident(ROW_NO)
-    held = None
-    if plpy.execute("SELECT pg_catalog.to_regclass(%s) IS NOT NULL AS e" % plpy.quote_literal(table))[0]["e"]:
-        held = plpy.execute("SELECT pg_catalog.min(w.%s) AS lo, pg_catalog.max(w.%s) AS hi, pg_catalog.count(*) AS n "
-                            "FROM %s AS w" % (row_no, row_no, table))[0]
+    held, oid = None, table_oid(plpy, table)
+    if oid is not None:
+        held = held_rows(s, oid) or plpy.execute(
+            "SELECT pg_catalog.min(w.%s) AS lo, pg_catalog.max(w.%s) AS hi, pg_catalog.count(*) AS n "
+            "FROM %s AS w" % (row_no, row_no, table))[0]
     if held is not None and held["n"] and held["hi"] - held["lo"] + 1 == held["n"] and \
             held["lo"] <= window.first <= held["hi"] + 1 and held["hi"] <= window.last:
         start = held["hi"] + 1
+        first = held["lo"]
         if (window.first - 1) % window.size == 0:
             rebuild_window(plpy, table, "SELECT w.* FROM %s AS w WHERE w.%s >= %d" % (table, row_no, window.first))
+            first, oid = window.first, table_oid(plpy, table)
     else:
         rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
             row_no, req.source["qname"]))
+        first, oid = start, table_oid(plpy, table)
     # the entering rows' keys joined with the source: an index probe per key when it is indexed
     with C.settings(plpy, **key_probe(req, join=True)):
         got = plpy.execute(
@@ -351,7 +343,24 @@ def slide_window(plpy, s, req, window) -> str:
                 s["stream_id"], start, window.last))
     if got.nrows() != window.last - start + 1:
         raise deleted(window.last - start + 1 - got.nrows(), window)
+    s["window_held"] = (oid, first, window.last)
     return "(SELECT * FROM %s AS w WHERE w.%s OPERATOR(pg_catalog.>=) %d)" % (table, row_no, window.first)
+
+
+def table_oid(plpy, table):
+    """The oid of the session's temporary ``table``, None when it does not exist."""
+    return plpy.execute("SELECT pg_catalog.to_regclass(%s)::pg_catalog.oid AS o" % plpy.quote_literal(table))[0]["o"]
+
+
+def held_rows(s, oid):
+    """The row numbers the window table ``oid`` holds ({lo, hi, n}) as recorded by this session's
+    last advance of the stream, if that advance is the stream's state (``s``: its advance count,
+    and the xmin of its state row, which a rolled-back or another session's advance, or any
+    later update, changes); else None (the caller counts the table's rows)."""
+    got = _HELD.get(s["stream_id"])
+    if got is None or got[:3] != (s["advances"], s["state_xmin"], oid):
+        return None
+    return dict(lo=got[3], hi=got[4], n=got[4] - got[3] + 1)
 
 
 def rebuild_window(plpy, table, query):
@@ -472,14 +481,19 @@ def save(plpy, s, window, published, result):
         g = result.sg.window
         s["sg_first"], s["sg_last"] = (None, None) if g is None else (g.first, g.last)
         s["sg_emds"] = result.sg.emds.tolist()
-    plpy.execute(plpy.prepare(
+    s["state_xmin"] = plpy.execute(plpy.prepare(
         "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, "
         "sg_rows = $6::pg_catalog.int8[], sg_classes = $7::pg_catalog.int4[], ahead = $8::pg_catalog.int8[], last_case = $9, last_advance_at = pg_catalog.now(), numbered = $11 "
-        "WHERE stream_id = $10" % C.catalog("streams"),
+        "WHERE stream_id = $10 RETURNING xmin::pg_catalog.text AS x" % C.catalog("streams"),
         ["int8", "int8", "int8", "int8", "float8[]", "text", "text", "text", "int4", "int8", "int8"]),
         [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []),
          array_literal(s["sg_rows"]), array_literal(s["sg_classes"]), array_literal(s["ahead"]), result.case,
-         s["stream_id"], s["numbered"]])
+         s["stream_id"], s["numbered"]])[0]["x"]
+    held = s.pop("window_held", None)          # what the window table holds, with this state
+    if held is None:
+        _HELD.pop(s["stream_id"], None)
+    else:
+        _HELD[s["stream_id"]] = (s["advances"], s["state_xmin"]) + held
 
 
 def array_literal(values) -> str:

@@ -197,6 +197,23 @@ def test_concurrent_advances_serialize(pg_conn, pg_connect):
     assert_clean(verify(pg_conn), 400)
 
 
+def test_window_table_after_rollback_and_other_sessions(pg_conn, pg_connect):
+    """A session's window table is trusted only as its last committed advance left it: after
+    a rolled-back advance, and after another session's advances, the next advance reads the
+    window's rows afresh and publishes every expired row exactly once."""
+    make_source(pg_conn, 1100)
+    create(pg_conn)
+    mine, other = pg_connect(autocommit=False), pg_connect()
+    assert [r["advance_no"] for r in advance(mine, max_advances=2)] == [1, 2]
+    mine.commit()
+    assert [r["advance_no"] for r in advance(mine, max_advances=2)] == [3, 4]
+    mine.rollback()                                          # its window table rolls back too
+    assert [r["advance_no"] for r in advance(other, max_advances=2)] == [3, 4]
+    assert [r["advance_no"] for r in advance(mine)] == [5, 6, 7]
+    mine.commit()
+    assert_clean(verify(pg_conn), 700)
+
+
 def test_verify_reports_updates_deletes_and_late_rows(pg_conn):
     pg_conn.execute("CREATE TABLE claims (id int PRIMARY KEY, arrived_at timestamptz NOT NULL, age int NOT NULL, "
                     "zip int NOT NULL, amount int NOT NULL)")
