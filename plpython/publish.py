@@ -135,14 +135,15 @@ def keys_sql(table, key, keys, result):
 
 def write_keys(plpy, req, run, keys, result):
     table = req.output.temporary_qualified(run.run_id, "k")
-    _execute(plpy, keys_sql(table, req.key, keys, result))
+    execute(plpy, keys_sql(table, req.key, keys, result))
     plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
         C.ident(req.output.temporary(run.run_id, "k_idx")), table))
     owner_only(plpy, table)
     return table
 
 
-def _execute(plpy, statement):
+def execute(plpy, statement):
+    """Execute a (SQL, types, params) statement, as the builders here return them."""
     sql, types, params = statement
     plpy.execute(plpy.prepare(sql, types), params)
 
@@ -273,7 +274,7 @@ def write_classes(plpy, req, run, result, data, keys_table, hierarchies):
     # the planner cannot estimate joins on unpacked bit fields and would pick nested loops
     # over the label lists (quadratic); hash joins are right for these small lists
     with C.settings(plpy, enable_nestloop="off"):
-        _execute(plpy, ClassesTable(req, result, data, keys_table, hierarchies).statement(table))
+        execute(plpy, ClassesTable(req, result, data, keys_table, hierarchies).statement(table))
     plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
         table, C.ident(req.output.temporary(run.run_id, "c_pkey"))))
     return table
@@ -296,8 +297,8 @@ def shuffled_by_class(ec: np.ndarray, n_classes: int) -> np.ndarray:
     return perm[np.argsort(ec[perm], kind="stable")]
 
 
-def output_from_classes_sql(req, table, classes, summary, codes, result):
-    """(SQL, types, params): <output> by expanding each class (in ec_id order) into its rows'
+def output_from_classes_query(req, classes, summary, codes, result):
+    """(query, types, params): the rows of <output> by expanding each class (in ec_id order) into its rows'
     SA values: per SA one array grouped by EC (an integer SA's own values, else codes), each
     class unnests its slice (several SAs: ``summary`` a list, ``codes`` one column per SA,
     their slices unnested side by side)."""
@@ -324,10 +325,10 @@ def output_from_classes_sql(req, table, classes, summary, codes, result):
             value = "m%d.v::%s" % (j, sa.col["type"])
         outer.append("%s AS %s" % (value, C.ident(sa.name)))
     gen = req.generalized_columns()
-    sql = "CREATE TABLE %s AS SELECT x.ec_id, %s FROM (SELECT c.ec_id, %s FROM %s AS c) AS x%s" % (
-        table, ", ".join(["x.%s" % C.ident(g) for g in gen] + outer),
+    query = "SELECT x.ec_id, %s FROM (SELECT c.ec_id, %s FROM %s AS c) AS x%s" % (
+        ", ".join(["x.%s" % C.ident(g) for g in gen] + outer),
         ", ".join(["c.%s" % C.ident(g) for g in gen] + inner), classes, "".join(joins))
-    return sql, st.types, st.params
+    return query, st.types, st.params
 
 
 class _Params:
@@ -342,14 +343,14 @@ class _Params:
         return len(self.params)
 
 
-def output_from_source_sql(req, table, classes, keys_table):
-    """<output> joined from the source (keep columns, or an SA not rebuilt exactly from codes),
-    rows of a class in random order."""
+def output_from_source_query(req, classes, keys_table):
+    """The rows of <output> joined from the source (keep columns, or an SA not rebuilt exactly
+    from codes), rows of a class in random order."""
     select = ["k.ec_id"] + ["c.%s" % C.ident(g) for g in req.generalized_columns()] + \
              ["s.%s" % C.ident(a.name) for a in req.sensitive] + ["s.%s" % C.ident(c) for c in req.options.keep]
-    return ("CREATE TABLE %s AS SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
+    return ("SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
             "JOIN %s AS c ON c.ec_id = k.ec_id ORDER BY k.ec_id, pg_catalog.random()" % (
-                table, ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
+                ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
 
 
 def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
@@ -357,9 +358,10 @@ def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
     if not req.options.keep and all(exact_from_codes(sa) for sa in req.sensitive):
         # serial: a parallel worker would first copy the array parameters (+0.4 s at 1M rows)
         with C.settings(plpy, max_parallel_workers_per_gather=0):
-            _execute(plpy, output_from_classes_sql(req, table, classes, summary, codes, result))
+            query, types, params = output_from_classes_query(req, classes, summary, codes, result)
+            execute(plpy, ("CREATE TABLE %s AS %s" % (table, query), types, params))
     else:
-        plpy.execute(output_from_source_sql(req, table, classes, keys_table))
+        plpy.execute("CREATE TABLE %s AS %s" % (table, output_from_source_query(req, classes, keys_table)))
     return table
 
 

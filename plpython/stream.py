@@ -502,12 +502,6 @@ def array_literal(values) -> str:
     return "{%s}" % ",".join(map(str, values or []))
 
 
-def run(plpy, statement):
-    """Execute a (SQL, types, params) statement of the publish stage's builders."""
-    sql, types, params = statement
-    plpy.execute(plpy.prepare(sql, types), params)
-
-
 def row_hash_sql(req, alias="s", stored=None) -> str:
     """The hash of a source row's quasi-identifiers and SA as text (64 bits, as text): what
     verify compares to detect an UPDATE of a published row.  With ``stored`` (the column of a
@@ -537,15 +531,15 @@ def append(plpy, s, req, read, window, a, p: W.Publication):
             "CREATE TEMP TABLE %s AS SELECT u.key, u.ec_id FROM ROWS FROM (pg_catalog.unnest($1::int8[]), "
             "pg_catalog.unnest($2::int8[])) AS u(key, ec_id)" % temp["k"], ["int8[]", "int8[]"]), [row_nos, ecs])
     with C.settings(plpy, enable_nestloop="off"):
-        run(plpy, classes.statement(temp["c"]))
+        publish.execute(plpy, classes.statement(temp["c"]))
     if by_source:
-        rows_sql, types, params = publish.output_from_source_sql(wreq, "x", temp["c"], temp["k"]), [], []
+        rows_query, types, params = publish.output_from_source_query(wreq, temp["c"], temp["k"]), [], []
     else:
-        rows_sql, types, params = publish.output_from_classes_sql(wreq, "x", temp["c"], summary, codes[rows], p)
+        rows_query, types, params = publish.output_from_classes_query(wreq, temp["c"], summary, codes[rows], p)
     out, classes_columns = output_columns(req)
     extra = "%d, %d, %d, pg_catalog.now()" % (a, p.window.first, p.window.last)
     offset = s["next_ec"]
-    for suffix, columns_, query in (("", out, builder_query(rows_sql, "x")),
+    for suffix, columns_, query in (("", out, rows_query),
                                     ("_classes", classes_columns, "TABLE %s" % temp["c"])):
         names = [c for c, _ in columns_[1:-len(EXTRA)]]
         plpy.execute(plpy.prepare("INSERT INTO %s (%s) SELECT x.ec_id + %d, %s, %s FROM (%s) AS x" % (
@@ -579,22 +573,14 @@ def append_keys(plpy, s, req, window, a, row_nos, ecs):
         raise deleted(got["n"] - got["present"], window)
 
 
-def builder_query(sql, table) -> str:
-    """The query of a publish builder's ``CREATE TABLE <table> AS <query>``."""
-    head = "CREATE TABLE %s AS " % table
-    if not sql.startswith(head):
-        raise E.SabreError(E.INTERNAL, "unexpected publish statement", "Report this as a bug.")
-    return sql[len(head):]
-
-
 def key_probe(req, join=False) -> dict:
     """Settings for a statement that finds a few thousand source rows by key (``join``: by a
     join with their keys): with the key indexed, an index probe per key, whatever the (often
-    stale) statistics of a growing source say; never JIT (disabling a plan type inflates
-    costs past its threshold)."""
+    stale) statistics of a growing source say.  (The advance runs with JIT off: disabling a
+    plan type inflates costs past its threshold.)"""
     if not req.key.unique:
-        return dict(jit="off")
-    probe = dict(enable_seqscan="off", jit="off")
+        return {}
+    probe = dict(enable_seqscan="off")
     return dict(probe, enable_hashjoin="off", enable_mergejoin="off") if join else probe
 
 

@@ -244,7 +244,7 @@ def test_every_internal_call_in_the_generated_sql_is_qualified():
     """Belt and braces beside the pinned search_path: the catalog and set-returning calls the
     stages write name pg_catalog or sabre's schema."""
     req = request([("age", INT4, "numerical")], ("sal", INT4, "numerical"))
-    for sql in (P.dependents_sql(), P.grants_sql(), P.output_from_source_sql(req, "o", "c", "k")):
+    for sql in (P.dependents_sql(), P.grants_sql(), P.output_from_source_query(req, "c", "k")):
         for word in ("pg_depend", "pg_class", "pg_rewrite", "aclexplode", "random()"):
             if word in sql:
                 assert "pg_catalog." + word in sql
