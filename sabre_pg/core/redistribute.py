@@ -348,7 +348,7 @@ class _RootBounds:
         other = np.flatnonzero(~self.numerical[root])
         groups: dict = {}
         for i in other.tolist():
-            groups.setdefault(_key(self.emds[root[i]]), []).append(i)
+            groups.setdefault(bucketization_key(self.emds[root[i]].bucketization), []).append(i)
         for rows in groups.values():
             rows = np.asarray(rows)
             emd, b = self.emds[root[rows[0]]], self.width[root[rows[0]]]
@@ -356,12 +356,13 @@ class _RootBounds:
         return out
 
 
-def _key(bucket_emd) -> tuple:
-    """Categorical bucket EMDs with equal keys have equal ground distances: the same
-    hierarchy and bucket ranges (buckets are disjoint hierarchy nodes, so the LCA of two of
-    them does not depend on the leaf that represents each)."""
-    bz = bucket_emd.bucketization
-    return id(bz.domain.hierarchy), tuple((b.lo, b.hi) for b in bz.buckets)
+def bucketization_key(bz) -> tuple:
+    """Bucketizations with equal keys have equal bucket ground distances: the same domain
+    (kind, size, hierarchy) and bucket ranges (a categorical SA's buckets are disjoint
+    hierarchy nodes, so the LCA of two of them does not depend on the leaf that represents
+    each)."""
+    d = bz.domain
+    return d.kind, d.m, id(d.hierarchy), tuple((b.lo, b.hi) for b in bz.buckets)
 
 
 SPECULATE = 256        # vectors whose halves ec_count sends to one bound call

@@ -19,7 +19,7 @@ from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
 from .mondrian import mondrian
 from .parameters import check_k, check_lookahead, check_t
-from .redistribute import BucketEMD, ECPlan, ec_count, ec_counts, ec_size, max_classes
+from .redistribute import BucketEMD, ECPlan, bucketization_key, ec_count, ec_counts, ec_size, max_classes
 from .refine import refine
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
@@ -336,7 +336,7 @@ def plan_counts(tables, ts, k: int = 1, lookahead: int = 4) -> list:
         roots = []
         for t, candidates, counts, _, _, _ in due:
             bz, bucket_counts = candidates[i], candidates[i].counts(counts)
-            key = (bz.domain.kind, bz.domain.m, id(bz.domain.hierarchy), tuple((b.lo, b.hi) for b in bz.buckets))
+            key = bucketization_key(bz)
             if key not in ground:
                 ground[key] = BucketEMD(bz, bucket_counts)
             roots.append((ground[key], bucket_counts, bz.U, t))
