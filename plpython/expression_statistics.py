@@ -27,6 +27,7 @@ The call's run records the object's definition (``options->'instant'->'expressio
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -40,7 +41,6 @@ from . import estimate as S
 
 TEXT_IMMUTABLE = ("text", "varchar", "bpchar", "name", "int2", "int4", "int8", "numeric", "bool", "uuid")
 NUMBER_STABLE = ("timestamptz", "timetz")       # their float8 form is not immutable
-MAX_TARGET = 10000                              # PostgreSQL's largest statistics target
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def statistics_target(plpy, given) -> int:
     if "statistics_target" not in given:
         return int(plpy.execute("SELECT pg_catalog.current_setting('default_statistics_target')::int4 AS t")[0]["t"])
     t = given["statistics_target"]
-    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_TARGET:
-        raise E.invalid_parameter("options.statistics_target must be an integer in [1, %d]" % MAX_TARGET,
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= S.MAX_STATISTICS_TARGET:
+        raise E.invalid_parameter("options.statistics_target must be an integer in [1, %d]" % S.MAX_STATISTICS_TARGET,
                                   "The MCV list's length for 'create_expressions' (default: default_statistics_target).")
     return t
 
@@ -98,7 +98,7 @@ def chosen_level(req, levels, target: int) -> tuple:
             "options.expression_level must list one level per quasi-identifier, each one its expressions allow",
             "Levels allowed, in QI order: %s (a QI whose values' text form is not immutable has only 0 and its top)."
             % json.dumps([list(x) for x in allowed]))
-    if np.prod([len(q.lm[j]) for q, j in zip(levels, given)], dtype=np.float64) > MAX_TARGET * 100:
+    if np.prod([len(q.lm[j]) for q, j in zip(levels, given)], dtype=np.float64) > S.MAX_STATISTICS_TARGET * 100:
         raise E.invalid_parameter("options.expression_level has more combinations than an MCV list can hold",
                                   "Choose higher levels, or leave the option out (the lowest node that fits).")
     return tuple(given)
@@ -120,8 +120,8 @@ def build(plpy, req, levels, hierarchies) -> ExpressionStatistics | None:
         return None
     exprs = [expression(plpy, req.qis[i], levels[i], level[i], hierarchies.get(req.qis[i].name)) for i in inside]
     xid = plpy.execute("SELECT pg_catalog.txid_current()::pg_catalog.text AS x")[0]["x"]
-    name = "%s_sabre_expr_%s" % (req.source["relname"][:40], plpy.execute(plpy.prepare(
-        "SELECT pg_catalog.md5($1) AS h", ["text"]), [json.dumps([req.source["oid"], exprs, xid])])[0]["h"][:10])
+    name = "%s_sabre_expr_%s" % (req.source["relname"][:40],
+                                 hashlib.md5(json.dumps([req.source["oid"], exprs, xid]).encode()).hexdigest()[:10])
     plpy.execute("CREATE STATISTICS pg_temp.%s (mcv) ON %s FROM %s" % (
         C.ident(name), ", ".join(e if e == C.ident(req.qis[i].name) else "(%s)" % e for i, e in zip(inside, exprs)),
         req.source["qname"]))
