@@ -228,9 +228,9 @@ def _cut(plpy, req, summary, nums, spans, cells, leaf):
         below = np.cumsum(np.bincount(inv, weights=cells.n[mine]))[:-1]
         edge = edges[int(np.argmin(np.abs(below - leaf.rows / 2.0))) + 1]
         left = b < edge
-        counts = np.vstack([np.bincount(cells.code[mine[left]], weights=cells.n[mine[left]],
-                                        minlength=len(leaf.counts))]).astype(np.int64)
-        counts = np.vstack([counts, leaf.counts - counts[0]])
+        below_counts = np.bincount(cells.code[mine[left]], weights=cells.n[mine[left]],
+                                   minlength=len(leaf.counts)).astype(np.int64)
+        counts = np.vstack([below_counts, leaf.counts - below_counts])
         rows = counts.sum(axis=1)
         if rows.min() < max(req.k, 1):
             continue
@@ -474,7 +474,7 @@ def _publish_parts(plpy, req, outputs, clock, summary):
                                                                                 ("_keys", "k"))}
     with clock.phase("build_output"):
         for suffix, table in built.items():
-            _execute(plpy, _union_sql(plpy, table, relations, suffix, written))
+            publish.execute(plpy, _union_sql(plpy, table, relations, suffix, written))
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
         plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
@@ -501,11 +501,6 @@ def _publish_parts(plpy, req, outputs, clock, summary):
     output_oid = publish.record(plpy, req, run, facts)
     return [(run.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"], facts["max_emd"],
              None, facts["seconds"])]
-
-
-def _execute(plpy, statement):
-    sql, types, params = statement
-    plpy.execute(plpy.prepare(sql, types), params)
 
 
 @dataclass(frozen=True)

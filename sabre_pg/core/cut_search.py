@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
-from .mondrian import Partitioner, _stratified_cut
+from .mondrian import Partitioner, _stratified_cut, against_table
 
 __all__ = ["cut_search", "QUANTILES", "SEARCH"]
 
@@ -400,15 +399,9 @@ def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.nda
     counts scaled by ``copies`` less the groups' is one extra group, so every group's EMD is
     against the table's distribution.  Returns, per candidate of ``pick``, whether both of
     its groups pass (and, ``with_emd``, the larger of their EMDs)."""
-    m = p.domain.m
-    rest = copies * p.table_counts - np.bincount(codes, weights=counts, minlength=m).astype(np.int64)
-    present = np.flatnonzero(rest)
-    exact = domain_class_emds(np.concatenate((np.full(len(present), -1), ec)),
-                              np.concatenate((present, codes)),
-                              np.concatenate((rest[present], counts)), p.domain)
+    exact, keep = against_table(ec, codes, counts, copies * p.table_counts, p.domain)
     bad = exact.violating(p.t, p.k)
     good = np.zeros(2 * (int(pick.max()) + 1), dtype=bool)
-    keep = exact.class_ids >= 0
     good[exact.class_ids[keep]] = ~bad[keep]
     if with_emd:
         e = np.zeros(len(good))

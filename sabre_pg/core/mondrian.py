@@ -125,18 +125,23 @@ class Partitioner:
 
 def _t_close(labels, codes, table_counts, domain: SADomain, t: float, k: int):
     """(ids, ok) of :meth:`Partitioner.t_close` on one SA: ``codes`` are the SA codes of the
-    grouped rows; the table's other rows form one class (-1) so the EMD is to the table."""
+    grouped rows."""
     m = domain.m
     key, counts = np.unique(labels * m + codes, return_counts=True)
-    ec, codes_of = key // m, key % m
-    rest = table_counts - np.bincount(codes, minlength=m)
-    present = np.flatnonzero(rest)
-    ec = np.concatenate((np.full(len(present), -1), ec))
-    codes_of = np.concatenate((present, codes_of))
-    counts = np.concatenate((rest[present], counts))
-    exact = domain_class_emds(ec, codes_of, counts, domain)
-    keep = exact.class_ids >= 0
+    exact, keep = against_table(key // m, key % m, counts, table_counts, domain)
     return exact.class_ids[keep], ~exact.violating(t, k)[keep]
+
+
+def against_table(ec, codes, counts, table_counts, domain: SADomain):
+    """(exact EMDs, mask) of groups ``ec`` (one row per (group, SA code) with its count)
+    against the table ``table_counts``: the table's counts less the groups' form one more
+    group (-1), so each group's EMD is to the table's distribution; the mask selects the
+    groups' entries (not the -1 group's)."""
+    rest = table_counts - np.bincount(codes, weights=counts, minlength=domain.m).astype(np.int64)
+    present = np.flatnonzero(rest)
+    exact = domain_class_emds(np.concatenate((np.full(len(present), -1), ec)), np.concatenate((present, codes)),
+                              np.concatenate((rest[present], counts)), domain)
+    return exact, exact.class_ids >= 0
 
 
 def cut_round(p: Partitioner, part: np.ndarray, n_parts: int, dim: np.ndarray,
