@@ -22,7 +22,7 @@ For each dataset:
 Datasets: the census-like table ``public.bench_census_<rows>`` for each size in ``--rows``
 (default 100000,1000000; generated like benchmarks/bench_db.py, all 7 QIs, SA salary with
 50 values, which fit the statistics target: the MCV list is complete), and Adult
-(``--adult DIR``, default /work/shared/data/adult: loaded with ``sabre_pg.arx.load_arx``
+(``--adult DIR``, default ../shared/data/adult beside the project: loaded with ``sabre_pg.arx.load_arx``
 when ``public.adult`` is missing; SA occupation with its ARX hierarchy).
 
     python benchmarks/bench_estimate.py [--dsn CONNINFO] [--rows 100000,1000000] [--adult DIR]
@@ -54,6 +54,7 @@ from bench_db import ensure_table  # noqa: E402  (also puts the repository on sy
 from sabre_pg.arx import load_arx  # noqa: E402
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
 from sabre_pg.connect import resolve_dsn  # noqa: E402
+from shared_data import ADULT  # noqa: E402
 
 TS = [0.15, 0.25, 0.35, 0.45]
 K = 6
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
     parser.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
     parser.add_argument("--rows", default="100000,1000000", help="census sizes (default: 100000,1000000)")
-    parser.add_argument("--adult", default="/work/shared/data/adult", help="Adult's ARX folder ('' skips it)")
+    parser.add_argument("--adult", default=str(ADULT), help="Adult's ARX folder ('' skips it)")
     parser.add_argument("--repeat", type=int, default=5, help="timed sabre_estimate calls per dataset")
     parser.add_argument("--samples", type=int, default=10, help="ANALYZE samples the accuracy is measured on")
     parser.add_argument("--statistics-target", type=int, default=-1,

@@ -28,6 +28,7 @@ import psycopg  # noqa: E402
 
 from sabre_pg.arx import load_arx  # noqa: E402
 from sabre_pg.bench import instant  # noqa: E402
+from shared_data import ADULT  # noqa: E402
 
 ADULT_QIS = ["age", "sex", "race", "marital-status", "education", "native-country"]
 
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--k", default="10,25,50,100")
     p.add_argument("--d", default="3,5,7")
     p.add_argument("--l", default="2,3,4,5")
-    p.add_argument("--adult", default="/work/shared/data/adult")
+    p.add_argument("--adult", default=str(ADULT))
     p.add_argument("--no-adult", action="store_true")
     p.add_argument("--out", default="bench-instant")
     p.add_argument("--schema", default="sabre")

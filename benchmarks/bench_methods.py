@@ -12,13 +12,12 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
 
-Adult is read from ``$SABRE_DATA`` (default /work/shared/data)/adult with its ARX hierarchies.
+Adult is read from ``$SABRE_DATA`` (default: ../shared/data beside the project)/adult with its ARX hierarchies.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
 from sabre_pg.core.refine import refine  # noqa: E402
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, generalize_classes  # noqa: E402
 from sabre_pg.synthetic import census  # noqa: E402
+from shared_data import SHARED_DATA  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
          "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough"}
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     methods = (a.methods or ("ak,refine" if a.data == "speed" else "ak,knn,mondrian,refine")).split(",")
     if a.data == "adult":
-        qis, codes, dom = adult(Path(os.environ.get("SABRE_DATA", "/work/shared/data")))
+        qis, codes, dom = adult(SHARED_DATA)
         configs, title = [(0.2, 5)], "Adult, occupation (hierarchical SA), 8 QIs"
     else:
         qis, codes, dom = census(a.rows, seed=1)

@@ -18,7 +18,7 @@ second SA is the AIL above the worse single-SA run.
 ``db`` (needs a server): sabre_anonymize with two SAs against each SA alone on the census
 table with ``hours``, at each size; the target is two SAs <= 1.5 x the single-SA time.
 
-    python benchmarks/bench_multi_sa.py study [--rows 100000] [--adult /work/shared/data/adult]
+    python benchmarks/bench_multi_sa.py study [--rows 100000] [--adult DIR]
     python benchmarks/bench_multi_sa.py db [--dsn CONNINFO] [--rows 100000,1000000]
 """
 from __future__ import annotations
@@ -42,6 +42,7 @@ from sabre_pg.core.hierarchy import Hierarchy, parse_arx  # noqa: E402
 from sabre_pg.core.multi_sa import anonymize_multi  # noqa: E402
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, encode_numerical  # noqa: E402
 from sabre_pg.synthetic import census  # noqa: E402
+from shared_data import ADULT  # noqa: E402
 
 K = 5
 
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=("study", "db"))
     parser.add_argument("--rows", default="100000")
-    parser.add_argument("--adult", default="/work/shared/data/adult", help="Adult's ARX folder ('' skips it)")
+    parser.add_argument("--adult", default=str(ADULT), help="Adult's ARX folder ('' skips it)")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--repeat", type=int, default=3, help="db: runs of each call, interleaved (median)")
     options = parser.parse_args(argv)
