@@ -229,22 +229,54 @@ def resampled_statistics(stats: ColumnStatistics, draws: int = RESAMPLES, seed: 
     return [replace(stats, mcv_freqs=tuple(row[:-1].tolist())) for row in drawn]
 
 
+def within(value: int, draw: int, share: float = STABLE_CLASSES) -> bool:
+    """True when ``value`` is within ``share`` of ``draw`` (|value - draw| <= share x draw):
+    the issue's accuracy target, with ``draw`` a possible class count of the run."""
+    return abs(value - draw) <= share * draw
+
+
+def likeliest_classes(point: int, draws, share: float = STABLE_CLASSES) -> tuple:
+    """(classes, draws covered): the class count within ``share`` of the most of ``point``
+    and ``draws`` (the resamples' class counts), nearest ``point`` among equals (the smaller on
+    a tie of distance).
+
+    The point and the resamples are equally likely class counts of the run: the resampled
+    frequencies scatter around the sampled ones as the sampled ones scatter around the
+    table's.  The value covering most of them is the one most likely to be within ``share`` of
+    the run's (the Bayes estimate for that target); the plug-in ``point`` is one draw of a
+    skewed distribution.  A draw d covers the integers [ceil(d (1 - share)), floor(d (1 +
+    share))]; the best-covered set is a union of such intervals, so its point nearest ``point``
+    is ``point`` itself or one of their ends.  Without draws: ``point``."""
+    values = [int(point)] + [int(d) for d in draws]
+    ends = {values[0]}
+    for d in values:                # each end and its neighbours: within() judges, float rounding aside
+        for end in (math.ceil(d * (1 - share)), math.floor(d * (1 + share))):
+            ends.update((end - 1, end, end + 1))
+    candidates = [c for c in sorted(ends) if c >= 1] or [values[0]]
+    cover = {c: sum(within(c, d, share) for d in values) for c in candidates}
+    best = max(cover.values())
+    chosen = min((c for c in candidates if cover[c] == best), key=lambda c: (abs(c - values[0]), c))
+    return chosen, best
+
+
 @dataclass(frozen=True)
 class Spread:
     """The plan over the resampled frequencies: the range of the bucket count and of the
-    classes (the point estimate included), and whether the estimate is stable -- every
-    resample plans the point's bucket count and classes within STABLE_CLASSES of its."""
+    classes (the point estimate included), the classes reported (:func:`likeliest_classes`) and
+    whether the estimate is stable -- every resample plans the point's bucket count, and the
+    classes reported are within STABLE_CLASSES of every resample's and of the point's."""
     buckets: tuple
     classes: tuple
     stable: bool
+    estimate: int                  # the classes reported: the likeliest within STABLE_CLASSES
 
     @staticmethod
     def of(point, resampled) -> "Spread":
         buckets = [point.buckets.n_buckets] + [r.buckets.n_buckets for r in resampled]
         classes = [point.classes] + [r.classes for r in resampled]
-        stable = all(b == buckets[0] and abs(c - classes[0]) <= STABLE_CLASSES * classes[0]
-                     for b, c in zip(buckets, classes))
-        return Spread((min(buckets), max(buckets)), (min(classes), max(classes)), stable)
+        estimate, covered = likeliest_classes(classes[0], classes[1:])
+        stable = covered == len(classes) and all(b == buckets[0] for b in buckets)
+        return Spread((min(buckets), max(buckets)), (min(classes), max(classes)), stable, estimate)
 
 
 @dataclass(frozen=True)
@@ -303,7 +335,9 @@ def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, count
     without the EC-size tree's templates): ``plan``, its ``PlanCount`` when already made
     (``plan_counts``), else ``counter`` (a ``PlanCounter`` sharing its counts across the t of
     one call).  ``resampled``: the PlanCounts of the resampled frequencies at t, whose range
-    is the estimate's :class:`Spread`.  k is met when the core accepts it for the estimated
+    is the estimate's :class:`Spread`; the classes reported are the likeliest to be within
+    10% of the run's over the point and them (:func:`likeliest_classes`; the point's when the
+    sample is the table).  k is met when the core accepts it for the estimated
     rows (then every class of the plan has >= k rows); a plan of one class (the whole table,
     every quasi-identifier fully generalized) gets a hint: the smallest t that splits it."""
     start = time.perf_counter()
@@ -316,14 +350,15 @@ def estimate_t(counts, domain: SADomain, t: float, k: int, lookahead: int, count
                         % (k, rows, rows), None, time.perf_counter() - start)
     counter = counter or PlanCounter(counts, domain, k, lookahead)
     plan = plan or counter.at(t)
-    classes = plan.classes
+    spread = Spread.of(plan, resampled)
+    classes = spread.estimate
     hint = hint_t = None
     if classes == 1:
         hint_t = smallest_t(lambda x: counter.at(x).classes > 1, t)
         hint = ("One class: every quasi-identifier fully generalized. t >= %.4f splits the table." % hint_t
                 if hint_t is not None else "One class at every t <= 1 with k = %d: lower k." % k)
     return Estimate(t, plan.buckets.n_buckets, plan.buckets.U, rows / classes, classes, True, hint, hint_t,
-                    time.perf_counter() - start, Spread.of(plan, resampled))
+                    time.perf_counter() - start, spread)
 
 
 def knee(ts, classes) -> int:

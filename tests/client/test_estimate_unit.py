@@ -165,5 +165,31 @@ def test_spread_is_the_range_over_point_and_resamples():
     s = est.Spread.of(plan(5, 1000), [plan(5, 950), plan(6, 1040)])
     assert (s.buckets, s.classes, s.stable) == ((5, 6), (950, 1040), False)
     assert est.Spread.of(plan(5, 1000), [plan(5, 901), plan(5, 1100)]).stable is True
-    assert est.Spread.of(plan(5, 1000), [plan(5, 899)]).stable is False          # > 10% off
-    assert est.Spread.of(plan(3, 7), []) == est.Spread((3, 3), (7, 7), True)
+    assert est.Spread.of(plan(5, 1000), [plan(5, 818)]).stable is False   # no value within 10% of both
+    assert est.Spread.of(plan(3, 7), []) == est.Spread((3, 3), (7, 7), True, 7)
+
+
+def test_likeliest_classes_covers_the_most_draws_nearest_the_point():
+    # no draws (the sample is the table): the point itself
+    assert est.likeliest_classes(1000, []) == (1000, 1)
+    # the point covers every draw: it stays
+    assert est.likeliest_classes(1000, [950, 1040, 1090]) == (1000, 4)
+    # a skewed set: the point is a low draw; the value nearest it within 10% of the four others
+    value, covered = est.likeliest_classes(800, [1000, 1010, 990, 1005])
+    assert covered == 4 and value == 909                    # ceil(1010 x 0.9): within 10% of 1010, 1005, 1000, 990
+    assert all(est.within(value, d) for d in (1000, 1010, 990, 1005)) and not est.within(value, 800)
+    # two modes 22% apart and more: no value covers both; the larger group wins
+    assert est.likeliest_classes(131072, [106000, 106000, 131072])[1] == 2
+    # two modes closer than 22%: one value covers both (the census t = 0.25 case: 0.86 and 1.0)
+    value, covered = est.likeliest_classes(13600, [15800, 15800, 13600])
+    assert covered == 4 and est.within(value, 13600) and est.within(value, 15800)
+
+
+def test_spread_reports_the_likeliest_classes():
+    from types import SimpleNamespace as NS
+    plan = lambda b, c: NS(buckets=NS(n_buckets=b), classes=c)      # noqa: E731
+    s = est.Spread.of(plan(5, 800), [plan(5, 1000), plan(5, 1010), plan(5, 990), plan(5, 1005)])
+    assert s.estimate == 909 and s.classes == (800, 1010) and s.stable is False
+    s = est.Spread.of(plan(5, 13600), [plan(5, 15800)])
+    assert s.stable is True and 13600 < s.estimate < 15800   # one value within 10% of both
+    assert est.Spread.of(plan(5, 13600), [plan(6, 15800)]).stable is False     # buckets differ
