@@ -9,7 +9,8 @@ For each dataset:
    sample of 300 x target rows) and ``sabre_estimate`` at those t.  Per t: how many samples
    give the run's bucket count exactly, and the median and largest relative error of the
    classes (target: within 10%); how often the run's buckets and classes lie within the
-   estimate's [min, max] over its resampled frequencies, and how often it says unstable.
+   estimate's [min, max] over its resampled frequencies, how often it says unstable, and how
+   often it says stable yet misses (a wrong bucket count or classes more than 10% off).
    ``--statistics-target N`` sets the SA column's target
    meanwhile (restored afterwards) to show what a larger sample buys;
 3. in a fresh connection, after one ``sabre_selftest()`` (the session's cold start, reported
@@ -155,16 +156,20 @@ def compare(name, n, estimated, samples, actual) -> list:
         buckets_in = sum(r[5] <= real_buckets <= r[6] for r in rows)
         classes_in = sum(r[7] <= real_classes <= r[8] for r in rows)
         unstable = sum(r[9] is False for r in rows)
+        # said stable, yet the bucket count or the classes missed the target
+        stable_missed = sum(r[9] is True and (r[1] != real_buckets or e > CLASSES_TARGET) for r, e in zip(rows, errors))
         width = [(r[8] - r[7]) / r[2] for r in rows]
         results.append({"t": t, "actual_buckets": real_buckets, "actual_classes": real_classes,
                         "buckets": buckets, "classes": [r[2] for r in rows], "classes_error": errors,
                         "buckets_range": [[r[5], r[6]] for r in rows], "classes_range": [[r[7], r[8]] for r in rows],
-                        "stable": [r[9] for r in rows], "sample_rows": [r[10] for r in rows]})
+                        "stable": [r[9] for r in rows], "stable_missed": stable_missed,
+                        "sample_rows": [r[10] for r in rows]})
         print(f"   t {t:.2f}: run {real_buckets} buckets, {real_classes:,} classes; over {len(samples)} ANALYZE "
               f"samples: buckets exact {exact}/{len(samples)} (predicted {sorted(set(buckets))}), classes error "
               f"median {100 * statistics.median(errors):.1f}% max {100 * max(errors):.1f}%, within 10% "
               f"{within}/{len(samples)}; run within [min, max]: buckets {buckets_in}/{len(samples)}, classes "
-              f"{classes_in}/{len(samples)}; unstable {unstable}/{len(samples)}; classes range width median "
+              f"{classes_in}/{len(samples)}; unstable {unstable}/{len(samples)} (stable yet missed {stable_missed}); "
+              f"classes range width median "
               f"{100 * statistics.median(width):.1f}% of the point")
     return results
 

@@ -193,3 +193,32 @@ def test_spread_reports_the_likeliest_classes():
     s = est.Spread.of(plan(5, 13600), [plan(5, 15800)])
     assert s.stable is True and 13600 < s.estimate < 15800   # one value within 10% of both
     assert est.Spread.of(plan(5, 13600), [plan(6, 15800)]).stable is False     # buckets differ
+
+
+def test_estimate_all_reports_the_likeliest_classes_of_point_and_resamples():
+    """Sampled statistics: buckets and U are the point plan's, classes the likeliest within 10%
+    over the point's and the resamples' plans (plan_counts); the sample being the table: the
+    plan's own count."""
+    from sabre_pg.core.sabre import plan_counts
+    sa = request.Attr("salary", {"typname": "int4"}, "numerical", None)
+    freqs = tuple(np.random.default_rng(3).dirichlet(np.full(20, 4.0)).astype(np.float32).tolist())
+    base = dict(null_frac=0.0, n_distinct=20.0, mcv_values=tuple(float(v) for v in range(1, 21)), mcv_freqs=freqs)
+    ts = [0.1, 0.15]
+    moved = 0
+    for reltuples, target in ((200_000.0, 100), (20_000.0, 100)):
+        s = est.ColumnStatistics(reltuples, target=target, **base)
+        rows = int(reltuples)
+        found = est.estimate_all(s, rows, sa, None, ts, 6, 4)
+        tables = [est.sa_counts(s, rows, sa, None)] + [est.sa_counts(r, rows, sa, None)
+                                                        for r in est.resampled_statistics(s)]
+        plans = plan_counts(tables, ts, 6, 4)
+        assert len(plans) == (1 + est.RESAMPLES if s.sampled() else 1)
+        for i, e in enumerate(found):
+            point, draws = plans[0][i], [p[i].classes for p in plans[1:]]
+            assert (e.buckets, e.u) == (point.buckets.n_buckets, point.buckets.U)
+            assert e.classes == est.likeliest_classes(point.classes, draws)[0] == e.spread.estimate
+            assert e.spread.classes[0] <= e.classes <= e.spread.classes[1] and e.ec_size == rows / e.classes
+            if not s.sampled():
+                assert e.classes == point.classes and e.spread.stable
+            moved += e.classes != point.classes
+    assert moved                                   # here the point's count is not the likeliest

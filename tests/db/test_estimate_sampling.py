@@ -78,6 +78,9 @@ def test_sampled_near_tie_is_unstable_and_its_spread_holds_the_run(pg_conn, cens
         assert r["buckets_min"] <= buckets <= r["buckets_max"], (r, buckets)
         assert r["classes_min"] <= classes <= r["classes_max"], (r, classes)
         assert r["buckets_min"] <= r["buckets"] <= r["buckets_max"] and r["buckets_min"] < r["buckets_max"]
+        # the classes reported: the likeliest within 10% over point and resamples, inside their range
+        assert r["classes_min"] <= r["classes"] <= r["classes_max"]
+        assert r["ec_size"] == pytest.approx(20000 / r["classes"])
         assert r["stable"] is False
         target = math.ceil(20000 / 300)
         assert "Unstable estimate" in r["hint"] and "SET STATISTICS %d" % target in r["hint"], r["hint"]
