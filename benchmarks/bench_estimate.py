@@ -28,7 +28,14 @@ when ``public.adult`` is missing; SA occupation with its ARX hierarchy).
 
     python benchmarks/bench_estimate.py [--dsn CONNINFO] [--rows 100000,1000000] [--adult DIR]
                                         [--repeat 5] [--samples 10] [--timing-only]
-                                        [--statistics-target N] [--json out.json]
+                                        [--statistics-target N] [--json out.json] [--study N]
+
+``--study N`` runs, instead of steps 1-3, the offline study of docs/estimate.md ("The classes
+reported"): the table's true SA counts (one GROUP BY), N simple random samples of 300 x the
+statistics target rows drawn from them without replacement (MCV frequencies = sample counts /
+sample size, as float4), then the estimate's model and the core's plans, without the
+database: how often the point plan's and the reported (likeliest) classes are within 10% of
+the table's own plan, and how often the bucket count is exact.
 
 ``--timing-only`` skips steps 1 and 2 (no anonymization, no re-sampling): step 3 alone, e.g.
 on a 10M-row table (``--rows 10000000 --adult ''``); the table's statistics are those of its
@@ -40,6 +47,7 @@ embedded cluster, started on demand).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import sys
@@ -48,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
@@ -55,6 +64,9 @@ from bench_db import ensure_table  # noqa: E402  (also puts the repository on sy
 from sabre_pg.arx import load_arx  # noqa: E402
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
 from sabre_pg.connect import resolve_dsn  # noqa: E402
+from sabre_pg.core.emd import SADomain  # noqa: E402
+from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
+from sabre_pg.core.sabre import plan_counts  # noqa: E402
 from shared_data import ADULT  # noqa: E402
 
 TS = [0.15, 0.25, 0.35, 0.45]
@@ -174,6 +186,63 @@ def compare(name, n, estimated, samples, actual) -> list:
     return results
 
 
+def estimate_module():
+    """plpython/estimate.py as the installer ships it (package ``sabre_plpy``), client-side."""
+    if "sabre_plpy" not in sys.modules:
+        package = type(sys)("sabre_plpy")
+        package.__path__ = [str(Path(__file__).resolve().parents[1] / "plpython")]
+        installed = type(sys)("sabre_plpy._installed")
+        installed.SCHEMA = "sabre"
+        sys.modules.update({"sabre_plpy": package, "sabre_plpy._installed": installed})
+    return importlib.import_module("sabre_plpy.estimate")
+
+
+def true_counts(dsn, schema, table, sa, hierarchy_name) -> tuple:
+    """(values, counts, SADomain) of the table's SA: numerical in value order, categorical in
+    its hierarchy's leaf order."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = dict(conn.execute(sql.SQL("SELECT {0}::text, count(*) FROM public.{1} WHERE {0} IS NOT NULL GROUP BY 1")
+                                  .format(sql.Identifier(sa), sql.Identifier(table))).fetchall())
+        if hierarchy_name is None:
+            values = sorted(found, key=float)
+            return values, np.array([found[v] for v in values]), SADomain("numerical", m=len(values))
+        paths = [r[0] for r in conn.execute(sql.SQL("SELECT path FROM {}.hierarchy_rows WHERE hierarchy = %s ORDER BY ord")
+                                            .format(sql.Identifier(schema)), (hierarchy_name,)).fetchall()]
+    hierarchy = Hierarchy(paths, name=hierarchy_name)
+    return hierarchy.leaves, np.array([found.get(v, 0) for v in hierarchy.leaves]), \
+        SADomain("categorical", hierarchy=hierarchy)
+
+
+def study(dsn, schema, table, sa, hierarchy_name, samples, sample_rows=300 * 100, seed=1) -> dict:
+    """The offline study of one dataset (module docstring): per t, the samples whose point plan
+    has the table's bucket count, and whose point and reported classes are within 10%."""
+    est = estimate_module()
+    values, counts, domain = true_counts(dsn, schema, table, sa, hierarchy_name)
+    rows, hierarchy = int(counts.sum()), domain.hierarchy
+    attr = argparse.Namespace(name=sa, numerical=hierarchy is None, typname="int4")
+    truth = plan_counts([(counts, domain)], TS, K)[0]
+    hits = np.zeros((len(TS), 3), dtype=int)          # buckets exact, point classes, reported classes
+    rng = np.random.default_rng(seed)
+    for _ in range(samples):
+        drawn = rng.multivariate_hypergeometric(counts, min(sample_rows, rows))
+        seen = drawn > 0
+        freqs = (drawn[seen] / min(sample_rows, rows)).astype(np.float32).astype(np.float64)
+        stats = est.ColumnStatistics(float(rows), 0.0, float(seen.sum()),
+                                     tuple(float(v) if hierarchy is None else v for v, s in zip(values, seen) if s),
+                                     tuple(freqs.tolist()), (), sample_rows // 300)
+        point = plan_counts([est.sa_counts(stats, rows, attr, hierarchy)], TS, K)[0]
+        for i, e in enumerate(est.estimate_all(stats, rows, attr, hierarchy, TS, K, 4)):
+            hits[i] += (e.buckets == truth[i].buckets.n_buckets,
+                        abs(point[i].classes - truth[i].classes) <= CLASSES_TARGET * truth[i].classes,
+                        abs(e.classes - truth[i].classes) <= CLASSES_TARGET * truth[i].classes)
+    print(f"== study {table} ({rows:,} rows, {samples} simulated samples of {min(sample_rows, rows):,} rows)")
+    for i, t in enumerate(TS):
+        print(f"   t {t:.2f}: table's plan {truth[i].buckets.n_buckets} buckets, {truth[i].classes:,} classes; "
+              f"buckets exact {hits[i, 0]}/{samples}; classes within 10%: point plan {hits[i, 1]}/{samples}, "
+              f"reported (likeliest) {hits[i, 2]}/{samples}")
+    return {"table": table, "samples": samples, "hits": hits.tolist()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
@@ -189,6 +258,8 @@ def main(argv=None) -> int:
                         help="time sabre_estimate only: no sabre_anonymize runs and no ANALYZE samples "
                              "(for tables too large to anonymize here, e.g. --rows 10000000 --adult '')")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--study", type=int, default=0, metavar="N",
+                        help="instead: the offline study with N simulated ANALYZE samples per dataset (no runs)")
     options = parser.parse_args(argv)
     dsn = resolve_dsn(argparse.Namespace(dsn=options.dsn, sabre_schema=options.schema))
     datasets = []
@@ -200,6 +271,10 @@ def main(argv=None) -> int:
         used = {c: h for c, h in hierarchies.items() if c in ADULT_QIS + [ADULT_SA]}
         datasets.append((table, ADULT_QIS, ADULT_SA, {"hierarchies": used}))
     report = []
+    if options.study:
+        report = [study(dsn, options.schema, table, sa, opts["hierarchies"].get(sa), options.study)
+                  for table, _, sa, opts in datasets]
+        datasets = []
     for table, qis, sa, opts in datasets:
         with psycopg.connect(dsn, autocommit=True) as conn:
             n = conn.execute(sql.SQL("SELECT count(*) FROM public.{}").format(sql.Identifier(table))).fetchone()[0]
