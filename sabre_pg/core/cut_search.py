@@ -47,8 +47,9 @@ DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most t
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
 FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
 # search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
-# sample: rows scoring a larger partition's cuts, 0 all)
-SEARCH = {"fast": (2, 16, 256, 8192), "thorough": (None, 64, 0, 0)}
+# sample: rows scoring a larger partition's cuts, 0 all[, stratify_first: the stratified cut
+# is a candidate in a partition's first search too, not only in its retry; default True])
+SEARCH = {"fast": (2, 16, 256, 8192, False), "thorough": (None, 64, 0, 0, True)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
@@ -85,8 +86,9 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
 def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
     ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j);
-    ``setting``: an entry of :data:`SEARCH`.  A partition searched on
-    its widest QIs only and refused is searched on every QI in the next round (``wide``)."""
+    ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs only or
+    without the stratified cut, and refused, is searched again in the next round on every
+    QI with the stratified cut (``wide``); refused then, it is final."""
     sizes = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
@@ -96,13 +98,14 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     sizes = np.where(live, sizes, 0)
     searched, every = _widest(p, orders, sizes, setting[0], setting[2])
     searched |= every & wide[:, None]
-    narrow = (searched != every).any(axis=1)     # a QI that could cut was not searched
+    stratified = wide | (setting[4] if len(setting) > 4 else True)
+    narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
     sorted_parts = []
     for j, o in enumerate(orders):
         mine = o[searched[part[o], j]]
         if len(mine):
-            sorted_parts.append(_SortedPartitions(p, mine, part[mine], j,
-                                                  np.where(searched[:, j], sizes, 0), *setting[1::2]))
+            sorted_parts.append(_SortedPartitions(p, mine, part[mine], j, np.where(searched[:, j], sizes, 0),
+                                                  setting[1], setting[3], stratified))
     if not sorted_parts:                  # no partition has a QI to cut along
         return part, n_parts, final | live, wide, orders
     cands = [s.candidates(p) for s in sorted_parts]
@@ -150,12 +153,19 @@ class _SortedPartitions:
     """The rows of the partitions searched on QI j, sorted by (partition, rank of QI j); each
     partition is a segment."""
 
-    def __init__(self, p, rows, owner, j, sizes, grid, sample=0):
+    def __init__(self, p, rows, owner, j, sizes, grid, sample=0, stratified=True):
+        """``stratified`` (bool, or one per partition): whether the partition's stratified
+        cut is a candidate."""
         self.j, self.grid, self.sample = j, grid, sample
         self.rows, self.owner = rows, owner
         self.sizes = sizes
         self.starts = np.cumsum(sizes) - sizes
-        self.strat_left = _stratified_cut(p.codes[self.rows], self.owner, len(sizes))
+        self.stratified = np.broadcast_to(np.asarray(stratified, dtype=bool), sizes.shape)
+        self.strat_left = np.zeros(len(rows), dtype=bool)
+        strat = self.stratified[owner]
+        if strat.any():
+            self.strat_left[strat] = _stratified_cut(p.codes[rows[strat]], owner[strat], len(sizes))
+        self.n_left = np.bincount(owner[strat], weights=self.strat_left[strat], minlength=len(sizes))
         self._running = None
         self._leaves = None      # categorical QI: leaf per row, partitions' lowest leaves...
         self._change_at = None   # see _changes
@@ -213,8 +223,7 @@ class _SortedPartitions:
         side.  The cut positions split each partition into segments; segment minima and
         maxima of every QI (one reduction over the rows), then running ones over a
         partition's segments (a value offset by its partition's index never mixes with
-        another's) give both parts' spans.  The stratified parts are segments of the rows
-        regrouped by (partition, part) in linear time (:meth:`_stratified_layout`).
+        another's) give both parts' spans (:meth:`_stratified_scores`: the stratified cuts').
 
         A partition of more than ``sample`` rows is scored on every r-th row of its order
         (about ``sample`` rows) and the rows at its cuts: the scores rank the candidates
@@ -226,12 +235,8 @@ class _SortedPartitions:
         at = np.searchsorted(bounds, cuts)
         group = np.searchsorted(self.starts[q], bounds, side="right") - 1
         bounds = np.searchsorted(idx, bounds)
-        dest, s_bounds, s_q = self._stratified_layout(idx)
         il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
-        il_strat = np.zeros(len(s_bounds))
         block = p.by_row[self.rows[idx]]          # one gather of whole rows
-        strat = np.empty_like(block)
-        strat[dest] = block
         for i, qi in enumerate(p.qis):
             v = block[:, i]
             width = p.scale[i] if qi.numerical else qi.hierarchy.n_leaves + 1.0
@@ -243,14 +248,28 @@ class _SortedPartitions:
             shi = (np.maximum.accumulate((hi - off)[::-1]) + off[::-1])[::-1]
             il_left += p.span(i, plo[at - 1], phi[at - 1])
             il_right += p.span(i, slo[at], shi[at])
+        return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / len(p.qis),
+                *self._stratified_scores(p, idx))
+
+    def _stratified_scores(self, p, idx):
+        """(partitions, summed IL / d) of the stratified cuts with >= k rows each side, of
+        the partitions where it is a candidate, scored on the rows ``idx``: their parts are
+        segments of those rows regrouped by (partition, part) in linear time
+        (:meth:`_stratified_layout`)."""
+        idx = idx[self.stratified[self.owner[idx]]]
+        if not len(idx):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        dest, s_bounds, s_q = self._stratified_layout(idx)
+        strat = np.empty((len(idx), len(p.qis)))
+        strat[dest] = p.by_row[self.rows[idx]]
+        il_strat = np.zeros(len(s_bounds))
+        for i in range(len(p.qis)):
             w = strat[:, i]
             il_strat += p.span(i, np.minimum.reduceat(w, s_bounds), np.maximum.reduceat(w, s_bounds))
-        d = len(p.qis)
-        n_left = np.bincount(self.owner, weights=self.strat_left, minlength=len(self.sizes))[s_q]
+        n_left = self.n_left[s_q]
         total = il_strat[0::2] * n_left + il_strat[1::2] * (self.sizes[s_q] - n_left)
         good = (n_left >= p.k) & (self.sizes[s_q] - n_left >= p.k)
-        return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / d,
-                s_q[good], total[good] / d)
+        return s_q[good], total[good] / len(p.qis)
 
     def _sample(self, cuts):
         """Indices (sorted) of the rows scoring the cuts: all rows of a partition of at most
