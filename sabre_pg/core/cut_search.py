@@ -89,10 +89,12 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs only or
     without the stratified cut, and refused, is searched again in the next round on every
     QI with the stratified cut (``wide``); refused then, it is final."""
-    sizes = np.bincount(part, minlength=n_parts)
+    sizes = counts = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
-    orders = [o[live[part[o]]] for o in orders]
+    owner = part[orders[0]]      # the same in every order: the same rows, grouped by partition
+    keep = live[owner]
+    orders, owner = [o[keep] for o in orders], owner[keep]
     if not len(orders[0]):
         return part, n_parts, final, wide, orders
     sizes = np.where(live, sizes, 0)
@@ -102,9 +104,9 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
     sorted_parts = []
     for j, o in enumerate(orders):
-        mine = o[searched[part[o], j]]
-        if len(mine):
-            sorted_parts.append(_SortedPartitions(p, mine, part[mine], j, np.where(searched[:, j], sizes, 0),
+        sel = searched[owner, j]
+        if sel.any():
+            sorted_parts.append(_SortedPartitions(p, o[sel], owner[sel], j, np.where(searched[:, j], sizes, 0),
                                                   setting[1], setting[3], stratified))
     if not sorted_parts:                  # no partition has a QI to cut along
         return part, n_parts, final | live, wide, orders
@@ -114,20 +116,23 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     has = chosen >= 0
     wide = live & ~has & narrow
     final = final | (live & ~has & ~narrow)
-    new_part = part.copy()
     ids = np.flatnonzero(has)
     c = chosen[ids]
+    right = np.zeros(len(part), dtype=np.uint8)      # a row of a cut partition goes right
     for s in sorted_parts:
         mine = cand["dim"][c] == s.j
         if mine.any():
-            r, right = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
-            new_part[r] = n_parts + 2 * part[r] + right
-    present = np.bincount(new_part, minlength=3 * n_parts) > 0
+            r, side = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
+            right[r] = side
+    # ids: an uncut partition q keeps q, a cut one's parts get n_parts + 2q (+1), then renumbered
+    present = np.r_[~has & (counts > 0), np.repeat(has, 2)]
     used = np.flatnonzero(present)
+    renumber = np.cumsum(present) - 1
     final = np.concatenate((final, np.zeros(2 * n_parts, dtype=bool)))[used]
     wide = np.concatenate((wide, np.zeros(2 * n_parts, dtype=bool)))[used]
-    part = (np.cumsum(present) - 1)[new_part]
-    orders = [o[stable_argsort(part[o])] for o in orders]      # stable: value order kept
+    new_id = renumber[np.where(has, n_parts + 2 * np.arange(n_parts), np.arange(n_parts))]
+    part = new_id[part] + (has[part] & (right > 0))
+    orders = [o[stable_argsort(new_id[owner] + right[o])] for o in orders]   # stable: value order kept
     return part, len(used), final, wide, orders
 
 
