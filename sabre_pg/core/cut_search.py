@@ -35,6 +35,8 @@ class is therefore t-close and k-anonymous by the arithmetic of ``sabre_verify``
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .generalize import stable_argsort
@@ -154,6 +156,35 @@ def _widest(p, orders, sizes, count, small):
     return wide & ((rank < count) | (sizes >= small)[:, None]), wide
 
 
+class _DenseQIs:
+    """Every row's QI values as dense codes (the value's index among the QI's distinct
+    values, in order), stored row by row in the smallest integer type that holds them:
+    the scores' gathers and reductions move 2 bytes a value instead of 8.  ``values[i]``:
+    QI i's distinct values (code -> value).  Made once per :class:`Partitioner`."""
+
+    _made: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def __init__(self, p):
+        ranks = p.ranks_of(None)
+        n, d = ranks.shape
+        codes, self.values = np.empty((n, d), dtype=np.int64), []
+        by_value = np.empty(n, dtype=np.int64)
+        for i in range(d):
+            by_value[ranks[:, i]] = np.arange(n)
+            v = p.columns[by_value, i]
+            new = np.r_[True, v[1:] != v[:-1]]
+            codes[by_value, i] = np.cumsum(new) - 1
+            self.values.append(v[new])
+        most = max(len(v) for v in self.values)
+        self.block = codes.astype(np.int16 if most <= np.iinfo(np.int16).max else np.int32)
+
+    @classmethod
+    def of(cls, p) -> "_DenseQIs":
+        if p not in cls._made:
+            cls._made[p] = cls(p)
+        return cls._made[p]
+
+
 class _SortedPartitions:
     """The rows of the partitions searched on QI j, sorted by (partition, rank of QI j); each
     partition is a segment."""
@@ -241,18 +272,19 @@ class _SortedPartitions:
         group = np.searchsorted(self.starts[q], bounds, side="right") - 1
         bounds = np.searchsorted(idx, bounds)
         il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
-        block = p.by_row[self.rows[idx]]          # one gather of whole rows
-        for i, qi in enumerate(p.qis):
+        dense = _DenseQIs.of(p)
+        block = dense.block[self.rows[idx]]          # one gather of whole rows
+        for i, values in enumerate(dense.values):
             v = block[:, i]
-            width = p.scale[i] if qi.numerical else qi.hierarchy.n_leaves + 1.0
-            lo, hi = np.minimum.reduceat(v, bounds), np.maximum.reduceat(v, bounds)
-            off = 2.0 * width * group
+            lo = np.minimum.reduceat(v, bounds).astype(np.int64)
+            hi = np.maximum.reduceat(v, bounds).astype(np.int64)
+            off = 2 * len(values) * group
             plo = np.minimum.accumulate(lo - off) + off
             phi = np.maximum.accumulate(hi + off) - off
             slo = (np.minimum.accumulate((lo + off)[::-1]) - off[::-1])[::-1]
             shi = (np.maximum.accumulate((hi - off)[::-1]) + off[::-1])[::-1]
-            il_left += p.span(i, plo[at - 1], phi[at - 1])
-            il_right += p.span(i, slo[at], shi[at])
+            il_left += p.span(i, values[plo[at - 1]], values[phi[at - 1]])
+            il_right += p.span(i, values[slo[at]], values[shi[at]])
         return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / len(p.qis),
                 *self._stratified_scores(p, idx))
 
@@ -265,12 +297,13 @@ class _SortedPartitions:
         if not len(idx):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         dest, s_bounds, s_q = self._stratified_layout(idx)
-        strat = np.empty((len(idx), len(p.qis)))
-        strat[dest] = p.by_row[self.rows[idx]]
+        dense = _DenseQIs.of(p)
+        strat = np.empty((len(idx), len(p.qis)), dtype=dense.block.dtype)
+        strat[dest] = dense.block[self.rows[idx]]
         il_strat = np.zeros(len(s_bounds))
-        for i in range(len(p.qis)):
+        for i, values in enumerate(dense.values):
             w = strat[:, i]
-            il_strat += p.span(i, np.minimum.reduceat(w, s_bounds), np.maximum.reduceat(w, s_bounds))
+            il_strat += p.span(i, values[np.minimum.reduceat(w, s_bounds)], values[np.maximum.reduceat(w, s_bounds)])
         n_left = self.n_left[s_q]
         total = il_strat[0::2] * n_left + il_strat[1::2] * (self.sizes[s_q] - n_left)
         good = (n_left >= p.k) & (self.sizes[s_q] - n_left >= p.k)
