@@ -167,7 +167,7 @@ class _DenseQIs:
     def __init__(self, p):
         ranks = p.ranks_of(None)
         n, d = ranks.shape
-        codes, self.values = np.empty((n, d), dtype=np.int64), []
+        codes, self.values = np.empty((n, d), dtype=np.int32), []
         by_value = np.empty(n, dtype=np.int64)
         for i in range(d):
             by_value[ranks[:, i]] = np.arange(n)
@@ -176,7 +176,7 @@ class _DenseQIs:
             codes[by_value, i] = np.cumsum(new) - 1
             self.values.append(v[new])
         most = max(len(v) for v in self.values)
-        self.block = codes.astype(np.int16 if most <= np.iinfo(np.int16).max else np.int32)
+        self.block = codes.astype(np.int16) if most <= np.iinfo(np.int16).max else codes
 
     @classmethod
     def of(cls, p) -> "_DenseQIs":
