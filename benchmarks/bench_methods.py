@@ -9,7 +9,7 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
   python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
   --methods ak,knn,mondrian,refine,refine-w,refine-t       # refine-w: emd_weight 0.2,
                                                            # refine-t: search 'thorough'
-            hybrid,hybrid-256,hybrid-4096                  # t-Mondrian parts of >= 1024
+            partition-first[-256|-4096]                    # t-Mondrian parts of >= 1024
                                                            # (256, 4096) rows, SABRE-AK inside
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
@@ -33,7 +33,7 @@ from sabre_pg.core import metrics  # noqa: E402
 from sabre_pg.core.exact_emd import domain_class_emds  # noqa: E402
 from sabre_pg.core.generalize import ECIndex  # noqa: E402
 from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
-from sabre_pg.core.hybrid import hybrid  # noqa: E402
+from sabre_pg.core.partition_first import partition_first  # noqa: E402
 from sabre_pg.core.refine import refine  # noqa: E402
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, generalize_classes  # noqa: E402
 from sabre_pg.synthetic import census  # noqa: E402
@@ -41,8 +41,9 @@ from shared_data import SHARED_DATA  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
          "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough",
-         "hybrid": "hybrid, parts >= 1024", "hybrid-256": "hybrid, parts >= 256",
-         "hybrid-4096": "hybrid, parts >= 4096"}
+         "partition-first": "partition first, parts >= 1024",
+         "partition-first-256": "partition first, parts >= 256",
+         "partition-first-4096": "partition first, parts >= 4096"}
 EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
 
 
@@ -78,8 +79,8 @@ def run(qis, codes, domain, t, k, method) -> dict:
         ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
     elif method == "refine-t":
         ec = refine(qis, codes, domain, t, k, search="thorough")
-    elif method.startswith("hybrid"):
-        ec = hybrid(qis, codes, domain, t, k, int(method[7:] or 1024))
+    elif method.startswith("partition-first"):
+        ec = partition_first(qis, codes, domain, t, k, int(method[16:] or 1024))
     else:
         ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False).ec
     seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
         if a.data == "speed":
             configs = [(0.35, 6)]
             methods = [m for m in methods if m in ("ak", "mondrian", "refine", "refine-t")
-                       or m.startswith("hybrid")] or ["ak", "refine"]
+                       or m.startswith("partition-first")] or ["ak", "refine"]
     records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
     print(table(records, title))
     for m in methods:

@@ -1,4 +1,4 @@
-"""The partition-first hybrid (t-Mondrian parts, SABRE-AK inside each with the budget
+"""Partition first, then SABRE (t-Mondrian parts, SABRE-AK inside each with the budget
 t - EMD(part, table)): every class t-close and k-anonymous against the whole table."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sabre_pg.core import exact_emd as X
-from sabre_pg.core import hybrid as H
+from sabre_pg.core import partition_first as H
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.mondrian import mondrian
@@ -24,7 +24,7 @@ def test_every_class_is_t_close_to_the_table(flat, t, k):
     qis, codes, dom = census(3_000, seed=5)
     if flat:
         dom = _flat(dom)
-    ec = H.hybrid(qis, codes, dom, t, k, part_rows=256)
+    ec = H.partition_first(qis, codes, dom, t, k, part_rows=256)
     e = X.domain_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom)
     assert e.violations(t, k) == 0
     parts = mondrian(qis, codes, dom, t, 256)
@@ -38,7 +38,7 @@ def test_every_class_is_t_close_to_the_table(flat, t, k):
 def test_one_part_is_sabre_ak():
     """A part as large as the table (budget t): the classes of SABRE-AK's sweep."""
     qis, codes, dom = census(2_000, seed=7)
-    ec = H.hybrid(qis, codes, dom, 0.25, 5, part_rows=2_000)
+    ec = H.partition_first(qis, codes, dom, 0.25, 5, part_rows=2_000)
     ak = anonymize(qis, codes, dom, 0.25, 5, with_emds=False).ec
     pairs = set(zip(ec.tolist(), ak.tolist()))
     assert len(pairs) == ec.max() + 1 == ak.max() + 1
@@ -49,7 +49,7 @@ def test_a_part_with_a_failing_class_is_published_whole(monkeypatch):
     and far from the table) leaves every part one class: t-Mondrian's parts."""
     qis, codes, dom = census(2_000, seed=3)
     monkeypatch.setattr(H, "takeout_sweep", lambda bucket, keys, templates: np.arange(len(bucket)))
-    ec = H.hybrid(qis, codes, dom, 0.3, 5, part_rows=200)
+    ec = H.partition_first(qis, codes, dom, 0.3, 5, part_rows=200)
     parts = mondrian(qis, codes, dom, 0.3, 200)
     assert parts.max() > 0
     assert len(set(zip(ec.tolist(), parts.tolist()))) == ec.max() + 1 == parts.max() + 1
@@ -58,4 +58,4 @@ def test_a_part_with_a_failing_class_is_published_whole(monkeypatch):
 def test_part_rows_below_k_is_refused():
     qis, codes, dom = census(500, seed=1)
     with pytest.raises(ValueError, match="part_rows"):
-        H.hybrid(qis, codes, dom, 0.3, 10, part_rows=5)
+        H.partition_first(qis, codes, dom, 0.3, 10, part_rows=5)

@@ -1,4 +1,5 @@
-"""Partition first, then SABRE inside each part (issue #11's hybrid; benchmark method only).
+"""Partition first, then SABRE inside each part (issue #11's hybrid of t-Mondrian and SABRE;
+a benchmark method only, docs/partition-first.md).
 
 1. t-Mondrian (:func:`.mondrian.mondrian`) cuts the table top down into parts P of at least
    ``part_rows`` rows (its k is ``part_rows``), each t-close to the table by the exact EMD.
@@ -10,7 +11,7 @@
    with a class that fails (or no budget left) is published as one class (it is t-close and
    has >= part_rows >= k rows).  The guarantee therefore rests on the exact check alone.
 
-Measured (``benchmarks/bench_methods.py --methods hybrid``): SABRE's classes spread over their
+Measured (``benchmarks/bench_methods.py --methods partition-first``): SABRE's classes spread over their
 part's QI space, so its AIL is about twice t-Mondrian's even with parts of 256 rows, and a plan
 per part costs more than SABRE-AK on the whole table.  It is kept as a benchmark method to
 reproduce that result; the product does not expose it.
@@ -30,7 +31,7 @@ from .takeout import takeout_sweep
 PART_ROWS = 1024          # default smallest part of the t-Mondrian split
 
 
-def hybrid(qis, sa_codes, domain: SADomain, t: float, k: int, part_rows: int = PART_ROWS,
+def partition_first(qis, sa_codes, domain: SADomain, t: float, k: int, part_rows: int = PART_ROWS,
            keys: np.ndarray | None = None, lookahead: int = 4) -> np.ndarray:
     """The class id (0..C-1) of every row: t-Mondrian parts of >= ``part_rows`` rows, SABRE-AK
     inside each with budget t - EMD(part, table), every class exactly checked (see the module).
