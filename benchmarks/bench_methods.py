@@ -9,6 +9,8 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
   python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
   --methods ak,knn,mondrian,refine,refine-w,refine-t       # refine-w: emd_weight 0.2,
                                                            # refine-t: search 'thorough'
+            partition-first[-256|-4096]                    # t-Mondrian parts of >= 1024
+                                                           # (256, 4096) rows, SABRE-AK inside
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
 
@@ -31,13 +33,17 @@ from sabre_pg.core import metrics  # noqa: E402
 from sabre_pg.core.exact_emd import domain_class_emds  # noqa: E402
 from sabre_pg.core.generalize import ECIndex  # noqa: E402
 from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
+from sabre_pg.core.partition_first import partition_first  # noqa: E402
 from sabre_pg.core.refine import refine  # noqa: E402
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, generalize_classes  # noqa: E402
 from sabre_pg.synthetic import census  # noqa: E402
 from shared_data import SHARED_DATA  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
-         "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough"}
+         "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough",
+         "partition-first": "partition first, parts >= 1024",
+         "partition-first-256": "partition first, parts >= 256",
+         "partition-first-4096": "partition first, parts >= 4096"}
 EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
 
 
@@ -73,6 +79,8 @@ def run(qis, codes, domain, t, k, method) -> dict:
         ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
     elif method == "refine-t":
         ec = refine(qis, codes, domain, t, k, search="thorough")
+    elif method.startswith("partition-first"):
+        ec = partition_first(qis, codes, domain, t, k, int(method[16:] or 1024))
     else:
         ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False).ec
     seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu
@@ -95,15 +103,16 @@ def table(records, title) -> str:
     return "\n".join(lines)
 
 
-def versus_mondrian(records) -> str:
-    """refine's AIL against t-Mondrian's per configuration."""
+def versus_mondrian(records, method="refine") -> str:
+    """``method``'s AIL against t-Mondrian's per configuration."""
     by = {(r["t"], r["k"], r["method"]): r["ail"] for r in records}
-    gains = [(t, k, 1 - by[(t, k, "refine")] / by[(t, k, "mondrian")])
-             for (t, k, m) in by if m == "refine" and (t, k, "mondrian") in by]
+    gains = [(t, k, 1 - by[(t, k, method)] / by[(t, k, "mondrian")])
+             for (t, k, m) in by if m == method and (t, k, "mondrian") in by]
     ten = sum(g >= 0.10 for _, _, g in gains)
     worse = sum(g < 0 for _, _, g in gains)
-    return ("refine vs t-Mondrian: AIL lower by %s; >= 10%% lower in %d of %d; higher in %d"
-            % (", ".join("%.1f%% (t=%g,k=%d)" % (100 * g, t, k) for t, k, g in gains), ten, len(gains), worse))
+    return ("%s vs t-Mondrian: AIL lower by %s; >= 10%% lower in %d of %d; higher in %d"
+            % (LABEL[method], ", ".join("%.1f%% (t=%g,k=%d)" % (100 * g, t, k) for t, k, g in gains),
+               ten, len(gains), worse))
 
 
 def main(argv=None) -> int:
@@ -125,11 +134,13 @@ def main(argv=None) -> int:
         title = "census-like, %d rows, salary %s SA" % (a.rows, "flat" if a.flat else "numerical")
         if a.data == "speed":
             configs = [(0.35, 6)]
-            methods = [m for m in methods if m in ("ak", "mondrian", "refine", "refine-t")] or ["ak", "refine"]
+            methods = [m for m in methods if m in ("ak", "mondrian", "refine", "refine-t")
+                       or m.startswith("partition-first")] or ["ak", "refine"]
     records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
     print(table(records, title))
-    if "refine" in methods and "mondrian" in methods:
-        print("\n" + versus_mondrian(records))
+    for m in methods:
+        if m not in ("ak", "knn", "mondrian") and "mondrian" in methods:
+            print("\n" + versus_mondrian(records, m))
     return 0
 
 

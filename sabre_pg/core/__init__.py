@@ -16,6 +16,7 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``mondrian``              §6 baseline tMondrian (method 'mondrian'), exact EMD per cut
 ``refine``                t-Mondrian with a searched t-close cut (method 'refine')
 ``cut_search``            the candidate cuts, scored by IL, checked by the exact EMD
+``partition_first``       t-Mondrian parts, SABRE-AK inside each (benchmark only)
 ``sabre``                 the pipeline (Algorithm 1): ``SAPlan``, ``anonymize``
 ``window``                §5 SABRE_W: windows, the three cases, S_G (``advance``, ``StreamRun``)
 ``fragments``             several SAs: the thesis's fragments (joint bucketization), sizing

@@ -16,15 +16,19 @@ per QI searched, several cuts of the rows sorted by the QI (ties by Hilbert key)
   leave worse partitions (Adult: AIL 0.334 with all of them against 0.322);
 * SABRE's stratified cut (:func:`.mondrian._stratified_cut`): of each SA value's rows, the
   half with the smaller QI values goes left, so both parts keep about the partition's SA
-  distribution.
+  distribution.  'fast' makes it a candidate only when a partition is searched again after
+  a refusal (it was kept in 0.5% of the cuts and cost 30% of the time).
 
 Scores come from segment reductions: the candidate positions split a partition into segments,
-``np.minimum/maximum.reduceat`` give every segment's smallest and largest value of every QI,
-running ones over the segments both parts' spans -- O(n d) per QI searched and round.  The
-setting (:data:`SEARCH`, ``options.search``) bounds the work: 'fast' searches a partition of
-fewer than 256 rows on its two widest QIs (normalized span; on every QI in the next round if
-those refuse) and scores a partition of more than 8192 rows on a sample of its rows;
-'thorough' searches every QI with a grid of 64 on every row.
+``np.minimum/maximum.reduceat`` give every segment's smallest and largest value of every QI
+(on dense integer codes of the values, :class:`_DenseQIs`), running ones over the segments
+both parts' spans -- O(n d) per QI searched and round.  The setting (:data:`SEARCH`,
+``options.search``) bounds the work: 'fast' searches a partition of fewer than 256 rows on
+its two widest QIs (normalized span) and scores a partition of more than 8192 rows on a
+sample of its rows; a refused partition is searched once more, on every QI and with the
+stratified cut, before it becomes a class.  'thorough' searches every QI, the stratified cut
+included, with a grid of 64 on every row.  (The widest QI alone gave 3-11% lower AIL on the
+census-like data at 100k rows but 6% higher at 1M, t = 0.35, k = 6: not kept.)
 
 The score of a cut is the summed information loss of its rows after it, ``|L| IL(L) + |R|
 IL(R)`` (IL as the metrics define it: the mean normalized span over the QIs, a categorical
@@ -34,6 +38,8 @@ rows and EMD <= t is kept.  A partition with no such candidate is a class.  Ever
 class is therefore t-close and k-anonymous by the arithmetic of ``sabre_verify``.
 """
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
@@ -47,8 +53,9 @@ DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most t
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
 FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
 # search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
-# sample: rows scoring a larger partition's cuts, 0 all)
-SEARCH = {"fast": (2, 16, 256, 8192), "thorough": (None, 64, 0, 0)}
+# sample: rows scoring a larger partition's cuts, 0 all[, stratify_first: the stratified cut
+# is a candidate in a partition's first search too, not only in its retry; default True])
+SEARCH = {"fast": (2, 16, 256, 8192, False), "thorough": (None, 64, 0, 0, True)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
@@ -56,8 +63,9 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     """Cut the partitions of ``part`` (ids 0..P-1; each t-close and k-anonymous) while a
     candidate cut is t-close; returns the class id (0..C-1) of every row.
 
-    ``search`` (:data:`SEARCH`): 'fast' scores a partition's cuts on its widest QIs only
-    (normalized span) at fewer positions; 'thorough' on every QI.
+    ``search`` (:data:`SEARCH`): 'fast' scores a small partition's cuts on its two widest QIs
+    only (normalized span) at fewer positions, the stratified cut only in a refused partition's
+    second search; 'thorough' on every QI.
 
     ``emd_weight`` w > 0: every candidate is checked, and among the t-close ones a partition
     keeps the least ``score * (1 + w * EMD / t)`` (EMD: the larger of its parts'), so a cut
@@ -85,24 +93,28 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
 def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
     ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j);
-    ``setting``: an entry of :data:`SEARCH`.  A partition searched on
-    its widest QIs only and refused is searched on every QI in the next round (``wide``)."""
-    sizes = np.bincount(part, minlength=n_parts)
+    ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs only or
+    without the stratified cut, and refused, is searched again in the next round on every
+    QI with the stratified cut (``wide``); refused then, it is final."""
+    sizes = counts = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
-    orders = [o[live[part[o]]] for o in orders]
+    owner = part[orders[0]]      # the same in every order: the same rows, grouped by partition
+    keep = live[owner]
+    orders, owner = [o[keep] for o in orders], owner[keep]
     if not len(orders[0]):
         return part, n_parts, final, wide, orders
     sizes = np.where(live, sizes, 0)
     searched, every = _widest(p, orders, sizes, setting[0], setting[2])
     searched |= every & wide[:, None]
-    narrow = (searched != every).any(axis=1)     # a QI that could cut was not searched
+    stratified = wide | (setting[4] if len(setting) > 4 else True)
+    narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
     sorted_parts = []
     for j, o in enumerate(orders):
-        mine = o[searched[part[o], j]]
-        if len(mine):
-            sorted_parts.append(_SortedPartitions(p, mine, part[mine], j,
-                                                  np.where(searched[:, j], sizes, 0), *setting[1::2]))
+        sel = searched[owner, j]
+        if sel.any():
+            sorted_parts.append(_SortedPartitions(p, o[sel], owner[sel], j, np.where(searched[:, j], sizes, 0),
+                                                  setting[1], setting[3], stratified))
     if not sorted_parts:                  # no partition has a QI to cut along
         return part, n_parts, final | live, wide, orders
     cands = [s.candidates(p) for s in sorted_parts]
@@ -111,20 +123,23 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     has = chosen >= 0
     wide = live & ~has & narrow
     final = final | (live & ~has & ~narrow)
-    new_part = part.copy()
     ids = np.flatnonzero(has)
     c = chosen[ids]
+    right = np.zeros(len(part), dtype=np.uint8)      # a row of a cut partition goes right
     for s in sorted_parts:
         mine = cand["dim"][c] == s.j
         if mine.any():
-            r, right = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
-            new_part[r] = n_parts + 2 * part[r] + right
-    present = np.bincount(new_part, minlength=3 * n_parts) > 0
+            r, side = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
+            right[r] = side
+    # ids: an uncut partition q keeps q, a cut one's parts get n_parts + 2q (+1), then renumbered
+    present = np.r_[~has & (counts > 0), np.repeat(has, 2)]
     used = np.flatnonzero(present)
+    renumber = np.cumsum(present) - 1
     final = np.concatenate((final, np.zeros(2 * n_parts, dtype=bool)))[used]
     wide = np.concatenate((wide, np.zeros(2 * n_parts, dtype=bool)))[used]
-    part = (np.cumsum(present) - 1)[new_part]
-    orders = [o[stable_argsort(part[o])] for o in orders]      # stable: value order kept
+    new_id = renumber[np.where(has, n_parts + 2 * np.arange(n_parts), np.arange(n_parts))]
+    part = new_id[part] + (has[part] & (right > 0))
+    orders = [o[stable_argsort(new_id[owner] + right[o])] for o in orders]   # stable: value order kept
     return part, len(used), final, wide, orders
 
 
@@ -146,16 +161,52 @@ def _widest(p, orders, sizes, count, small):
     return wide & ((rank < count) | (sizes >= small)[:, None]), wide
 
 
+class _DenseQIs:
+    """Every row's QI values as dense codes (the value's index among the QI's distinct
+    values, in order), stored row by row in the smallest integer type that holds them:
+    the scores' gathers and reductions move 2 bytes a value instead of 8.  ``values[i]``:
+    QI i's distinct values (code -> value).  Made once per :class:`Partitioner`."""
+
+    _made: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def __init__(self, p):
+        ranks = p.ranks_of(None)
+        n, d = ranks.shape
+        codes, self.values = np.empty((n, d), dtype=np.int32), []
+        by_value = np.empty(n, dtype=np.int64)
+        for i in range(d):
+            by_value[ranks[:, i]] = np.arange(n)
+            v = p.columns[by_value, i]
+            new = np.r_[True, v[1:] != v[:-1]]
+            codes[by_value, i] = np.cumsum(new) - 1
+            self.values.append(v[new])
+        most = max(len(v) for v in self.values)
+        self.block = codes.astype(np.int16) if most <= np.iinfo(np.int16).max else codes
+
+    @classmethod
+    def of(cls, p) -> "_DenseQIs":
+        if p not in cls._made:
+            cls._made[p] = cls(p)
+        return cls._made[p]
+
+
 class _SortedPartitions:
     """The rows of the partitions searched on QI j, sorted by (partition, rank of QI j); each
     partition is a segment."""
 
-    def __init__(self, p, rows, owner, j, sizes, grid, sample=0):
+    def __init__(self, p, rows, owner, j, sizes, grid, sample=0, stratified=True):
+        """``stratified`` (bool, or one per partition): whether the partition's stratified
+        cut is a candidate."""
         self.j, self.grid, self.sample = j, grid, sample
         self.rows, self.owner = rows, owner
         self.sizes = sizes
         self.starts = np.cumsum(sizes) - sizes
-        self.strat_left = _stratified_cut(p.codes[self.rows], self.owner, len(sizes))
+        self.stratified = np.broadcast_to(np.asarray(stratified, dtype=bool), sizes.shape)
+        self.strat_left = np.zeros(len(rows), dtype=bool)
+        strat = self.stratified[owner]
+        if strat.any():
+            self.strat_left[strat] = _stratified_cut(p.codes[rows[strat]], owner[strat], len(sizes))
+        self.n_left = np.bincount(owner[strat], weights=self.strat_left[strat], minlength=len(sizes))
         self._running = None
         self._leaves = None      # categorical QI: leaf per row, partitions' lowest leaves...
         self._change_at = None   # see _changes
@@ -213,8 +264,7 @@ class _SortedPartitions:
         side.  The cut positions split each partition into segments; segment minima and
         maxima of every QI (one reduction over the rows), then running ones over a
         partition's segments (a value offset by its partition's index never mixes with
-        another's) give both parts' spans.  The stratified parts are segments of the rows
-        regrouped by (partition, part) in linear time (:meth:`_stratified_layout`).
+        another's) give both parts' spans (:meth:`_stratified_scores`: the stratified cuts').
 
         A partition of more than ``sample`` rows is scored on every r-th row of its order
         (about ``sample`` rows) and the rows at its cuts: the scores rank the candidates
@@ -226,31 +276,43 @@ class _SortedPartitions:
         at = np.searchsorted(bounds, cuts)
         group = np.searchsorted(self.starts[q], bounds, side="right") - 1
         bounds = np.searchsorted(idx, bounds)
-        dest, s_bounds, s_q = self._stratified_layout(idx)
         il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
-        il_strat = np.zeros(len(s_bounds))
-        block = p.by_row[self.rows[idx]]          # one gather of whole rows
-        strat = np.empty_like(block)
-        strat[dest] = block
-        for i, qi in enumerate(p.qis):
+        dense = _DenseQIs.of(p)
+        block = dense.block[self.rows[idx]]          # one gather of whole rows
+        for i, values in enumerate(dense.values):
             v = block[:, i]
-            width = p.scale[i] if qi.numerical else qi.hierarchy.n_leaves + 1.0
-            lo, hi = np.minimum.reduceat(v, bounds), np.maximum.reduceat(v, bounds)
-            off = 2.0 * width * group
+            lo = np.minimum.reduceat(v, bounds).astype(np.int64)
+            hi = np.maximum.reduceat(v, bounds).astype(np.int64)
+            off = 2 * len(values) * group
             plo = np.minimum.accumulate(lo - off) + off
             phi = np.maximum.accumulate(hi + off) - off
             slo = (np.minimum.accumulate((lo + off)[::-1]) - off[::-1])[::-1]
             shi = (np.maximum.accumulate((hi - off)[::-1]) + off[::-1])[::-1]
-            il_left += p.span(i, plo[at - 1], phi[at - 1])
-            il_right += p.span(i, slo[at], shi[at])
+            il_left += p.span(i, values[plo[at - 1]], values[phi[at - 1]])
+            il_right += p.span(i, values[slo[at]], values[shi[at]])
+        return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / len(p.qis),
+                *self._stratified_scores(p, idx))
+
+    def _stratified_scores(self, p, idx):
+        """(partitions, summed IL / d) of the stratified cuts with >= k rows each side, of
+        the partitions where it is a candidate, scored on the rows ``idx``: their parts are
+        segments of those rows regrouped by (partition, part) in linear time
+        (:meth:`_stratified_layout`)."""
+        idx = idx[self.stratified[self.owner[idx]]]
+        if not len(idx):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        dest, s_bounds, s_q = self._stratified_layout(idx)
+        dense = _DenseQIs.of(p)
+        strat = np.empty((len(idx), len(p.qis)), dtype=dense.block.dtype)
+        strat[dest] = dense.block[self.rows[idx]]
+        il_strat = np.zeros(len(s_bounds))
+        for i, values in enumerate(dense.values):
             w = strat[:, i]
-            il_strat += p.span(i, np.minimum.reduceat(w, s_bounds), np.maximum.reduceat(w, s_bounds))
-        d = len(p.qis)
-        n_left = np.bincount(self.owner, weights=self.strat_left, minlength=len(self.sizes))[s_q]
+            il_strat += p.span(i, values[np.minimum.reduceat(w, s_bounds)], values[np.maximum.reduceat(w, s_bounds)])
+        n_left = self.n_left[s_q]
         total = il_strat[0::2] * n_left + il_strat[1::2] * (self.sizes[s_q] - n_left)
         good = (n_left >= p.k) & (self.sizes[s_q] - n_left >= p.k)
-        return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / d,
-                s_q[good], total[good] / d)
+        return s_q[good], total[good] / len(p.qis)
 
     def _sample(self, cuts):
         """Indices (sorted) of the rows scoring the cuts: all rows of a partition of at most
