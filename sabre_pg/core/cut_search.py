@@ -52,7 +52,7 @@ SEARCH = {"fast": (2, 16, 256, 8192), "thorough": (None, 64, 0, 0)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
-               search: str = "fast", final: np.ndarray | None = None) -> np.ndarray:
+               search: str = "fast") -> np.ndarray:
     """Cut the partitions of ``part`` (ids 0..P-1; each t-close and k-anonymous) while a
     candidate cut is t-close; returns the class id (0..C-1) of every row.
 
@@ -62,14 +62,12 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     ``emd_weight`` w > 0: every candidate is checked, and among the t-close ones a partition
     keeps the least ``score * (1 + w * EMD / t)`` (EMD: the larger of its parts'), so a cut
     that leaves slack for the next ones can win over a slightly better one now (Adult,
-    w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower).
-
-    ``final`` (bool per partition): partitions kept as they are (not searched)."""
+    w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower)."""
     if search not in SEARCH:
         raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if len(part) else 0
-    final = np.zeros(n_parts, dtype=bool) if final is None else np.array(final, dtype=bool)
+    final = np.zeros(n_parts, dtype=bool)
     wide = np.zeros(n_parts, dtype=bool)     # searched on every QI (its widest ones failed)
     ranks = p.ranks_of(None)
     orders = []                  # per QI, the rows not yet final in (partition, value) order
