@@ -59,7 +59,7 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
         found = stratified_rescue(p, found)
     ec = np.empty(len(at), dtype=np.int64)
     ec[at] = merge_passes(p, found, merge_count(search, len(at)) if merges is None else merges,
-                          emd_weight, rescue)
+                          emd_weight, rescue, None if classes is None else part)
     return ec
 
 
@@ -70,7 +70,7 @@ def merge_count(search: str, n: int) -> int:
 
 
 def merge_passes(p: Partitioner, ec: np.ndarray, passes: int, emd_weight: float = 0.0,
-                 rescue: bool = True) -> np.ndarray:
+                 rescue: bool = True, within: np.ndarray | None = None) -> np.ndarray:
     """Classes ``ec`` improved by ``passes`` merge passes: the classes, in the order of their
     first row (rows are stored in Hilbert-key order), are merged :data:`MERGE_GROUP` at a time
     (every other pass shifted by half a group, so a boundary of one pass is inside a group of
@@ -78,14 +78,11 @@ def merge_passes(p: Partitioner, ec: np.ndarray, passes: int, emd_weight: float 
     rescue), and a union keeps its new classes only where their summed IL is lower than its
     old classes'.  A union of t-close classes is t-close (EMD is convex in the class's
     distribution) and has >= k rows, so the search may start from it; every new class passes
-    the same exact check.  Cost per pass: about one thorough search of the table."""
+    the same exact check.  Cost per pass: about one thorough search of the table.  ``within``
+    (a partition id per row, e.g. given classes): a union never crosses its partitions."""
     for i in range(passes):
         n_classes, n = int(ec.max()) + 1, len(ec)
-        first = np.full(n_classes, n)
-        np.minimum.at(first, ec, np.arange(n))
-        rank = np.empty(n_classes, dtype=np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(n_classes)
-        union = (rank + (i % 2) * (MERGE_GROUP // 2)) // MERGE_GROUP
+        union = _unions(ec, within, n_classes, (i % 2) * (MERGE_GROUP // 2))
         new = cut_search(p, union[ec], emd_weight, "thorough")
         new = stratified_rescue(p, new) if rescue else new
         rows = np.arange(n)
@@ -159,6 +156,20 @@ def rescue_round(p: Partitioner, ec: np.ndarray, todo: np.ndarray) -> tuple[np.n
     present = np.bincount(new, minlength=n_classes + 2 * len(q)) > 0
     halves = np.r_[np.zeros(n_classes, dtype=bool), np.ones(2 * len(q), dtype=bool)][present]
     return (np.cumsum(present) - 1)[new], halves
+
+
+def _unions(ec, within, n_classes, offset) -> np.ndarray:
+    """Union id of every class: classes in the order of their first row, :data:`MERGE_GROUP`
+    at a time from ``offset`` on, inside each partition of ``within``."""
+    first = np.full(n_classes, len(ec))
+    np.minimum.at(first, ec, np.arange(len(ec)))
+    parent = np.zeros(n_classes, dtype=np.int64) if within is None else within[first]
+    order = np.lexsort((first, parent))
+    start = np.r_[True, parent[order][1:] != parent[order][:-1]]
+    rank = np.empty(n_classes, dtype=np.int64)
+    rank[order] = np.arange(n_classes) - np.flatnonzero(start)[np.cumsum(start) - 1]
+    return np.unique(parent * (n_classes + MERGE_GROUP) + (rank + offset) // MERGE_GROUP,
+                     return_inverse=True)[1].reshape(-1)
 
 
 def _summed_il(p: Partitioner, rows, label, n_labels) -> np.ndarray:
