@@ -7,8 +7,10 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
   python benchmarks/bench_methods.py adult              # Adult, occupation SA, t = 0.2, k = 5
   python benchmarks/bench_methods.py census --rows 100000 [--flat]
   python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
-  --methods ak,knn,mondrian,refine,refine-w,refine-t       # refine-w: emd_weight 0.2,
-                                                           # refine-t: search 'thorough'
+  --methods ak,knn,mondrian,refine,refine-w,refine-t,refine-0,refine-r
+      # refine-w: emd_weight 0.2; refine-t: search 'thorough' (4 merge passes at any size);
+      # refine-0: the cut search alone (no rescue, no merge passes: 'refine' before them);
+      # refine-r: the cut search and the stratified rescue (no merge passes)
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
 
@@ -37,7 +39,11 @@ from sabre_pg.synthetic import census  # noqa: E402
 from shared_data import SHARED_DATA  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
-         "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough"}
+         "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough",
+         "refine-0": "refine, search only", "refine-r": "refine, search + rescue"}
+# core-only variants of 'refine': keyword arguments of core.refine.refine
+VARIANTS = {"refine-t": {"search": "thorough"}, "refine-0": {"rescue": False, "merges": 0},
+            "refine-r": {"merges": 0}}
 EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
 
 
@@ -71,8 +77,8 @@ def run(qis, codes, domain, t, k, method) -> dict:
     tic, cpu = time.perf_counter(), time.process_time()
     if method == "refine-w":
         ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
-    elif method == "refine-t":
-        ec = refine(qis, codes, domain, t, k, search="thorough")
+    elif method in VARIANTS:
+        ec = refine(qis, codes, domain, t, k, **VARIANTS[method])
     else:
         ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False).ec
     seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu
@@ -95,15 +101,16 @@ def table(records, title) -> str:
     return "\n".join(lines)
 
 
-def versus_mondrian(records) -> str:
-    """refine's AIL against t-Mondrian's per configuration."""
+def versus_mondrian(records, method="refine") -> str:
+    """``method``'s AIL against t-Mondrian's per configuration."""
     by = {(r["t"], r["k"], r["method"]): r["ail"] for r in records}
-    gains = [(t, k, 1 - by[(t, k, "refine")] / by[(t, k, "mondrian")])
-             for (t, k, m) in by if m == "refine" and (t, k, "mondrian") in by]
+    gains = [(t, k, 1 - by[(t, k, method)] / by[(t, k, "mondrian")])
+             for (t, k, m) in by if m == method and (t, k, "mondrian") in by]
     ten = sum(g >= 0.10 for _, _, g in gains)
     worse = sum(g < 0 for _, _, g in gains)
-    return ("refine vs t-Mondrian: AIL lower by %s; >= 10%% lower in %d of %d; higher in %d"
-            % (", ".join("%.1f%% (t=%g,k=%d)" % (100 * g, t, k) for t, k, g in gains), ten, len(gains), worse))
+    return ("%s vs t-Mondrian: AIL lower by %s; >= 10%% lower in %d of %d; higher in %d"
+            % (LABEL[method], ", ".join("%.1f%% (t=%g,k=%d)" % (100 * g, t, k) for t, k, g in gains),
+               ten, len(gains), worse))
 
 
 def main(argv=None) -> int:
@@ -125,11 +132,12 @@ def main(argv=None) -> int:
         title = "census-like, %d rows, salary %s SA" % (a.rows, "flat" if a.flat else "numerical")
         if a.data == "speed":
             configs = [(0.35, 6)]
-            methods = [m for m in methods if m in ("ak", "mondrian", "refine", "refine-t")] or ["ak", "refine"]
+            methods = [m for m in methods if m == "ak" or m == "mondrian" or m.startswith("refine")] or ["ak", "refine"]
     records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
     print(table(records, title))
-    if "refine" in methods and "mondrian" in methods:
-        print("\n" + versus_mondrian(records))
+    for m in methods:
+        if m.startswith("refine") and "mondrian" in methods:
+            print("\n" + versus_mondrian(records, m))
     return 0
 
 
