@@ -181,6 +181,10 @@ def test_merge_passes_lower_il_and_stay_t_close():
         assert e.violations(t, k) == 0
         ail[key] = (p.spans(ec, e.classes).mean(axis=1) * e.sizes).sum() / len(codes)
     assert ail[(2, True)] < ail[(0, True)] <= ail[(0, False)]
+    old = np.array([0, 0, 1, 1, 2, 2, 2])
+    assert R._unchanged(old, np.array([1, 1, 0, 0, 2, 3, 3])).tolist() == [True, True, False, False]
+    assert R._unions(np.arange(10) // 2, None, 5, 2).tolist() == [0, 0, 1, 1, 1]
+    assert R._unions(np.arange(10) // 2, np.arange(10) // 6, 5, 0).tolist() == [0, 0, 0, 1, 1]
     assert R.merge_count("fast", R.MERGE_ROWS) == R.MERGES["fast"] > 0
     assert R.merge_count("fast", R.MERGE_ROWS + 1) == 0
     assert R.merge_count("thorough", 10 * R.MERGE_ROWS) == R.MERGES["thorough"]
