@@ -1,19 +1,27 @@
-"""Refinement (``method => 'refine'``): t-Mondrian's top-down partitioning with a searched cut.
+"""Refinement (``method => 'refine'``): t-Mondrian's top-down partitioning with a searched cut,
+then a rescue of the classes it leaves and merge passes.
 
-t-Mondrian (:mod:`.mondrian`) cuts a partition at the median of its widest QI and stops it as
-soon as that cut (and the median of every other QI) moves a part's SA distribution beyond t.
-The refinement cuts the same way, top down from the whole table (or from given classes), but
-each partition keeps the cut, among many candidates on every QI, that lowers the information
-loss most while both parts stay k-anonymous and t-close by the exact EMD
-(:mod:`.cut_search`: quantile cuts, cuts along a categorical QI's hierarchy, the least-IL
-position, and SABRE's stratified cut that halves every SA value's rows).
+1. **Cut search** (:mod:`.cut_search`).  t-Mondrian (:mod:`.mondrian`) cuts a partition at the
+   median of its widest QI and stops it as soon as that cut (and the median of every other
+   QI) moves a part's SA distribution beyond t.  The refinement cuts the same way, top down
+   from the whole table (or from given classes), but each partition keeps the cut, among many
+   candidates on every QI, that lowers the information loss most while both parts stay
+   k-anonymous and t-close by the exact EMD.
+2. **Rescue** (:func:`stratified_rescue`).  The search leaves classes with an EMD just below t;
+   SABRE's stratified halving would keep their distribution but for the rounding of odd
+   counts, which puts the halves just above t.  The rounding is searched
+   (:func:`balanced_halves`) and a class is halved along the QI where IL falls most.
+3. **Merge passes** (:func:`merge_passes`).  A union of t-close classes is t-close (EMD is
+   convex in the class distribution), so neighbouring classes are merged 4 at a time and
+   searched again; a union keeps its new classes only where their summed IL is lower.
 
-Safety: a cut is kept only after the exact check of both parts, so every published class is
-t-close and k-anonymous by the arithmetic of ``sabre_verify`` whatever the search chooses.
-Utility is measured, not proven, against t-Mondrian (``benchmarks/bench_methods.py``,
+Safety: a cut or half is kept only after the exact check of both parts, so every published
+class is t-close and k-anonymous by the arithmetic of ``sabre_verify`` whatever the search
+chooses.  Utility is measured, not proven, against t-Mondrian (``benchmarks/bench_methods.py``,
 ``docs/evaluation.md``): starting from t-Mondrian's classes would guarantee "never worse class
-for class", but starting from the whole table measured lower on every data set (Adult, t = 0.2:
-AIL 0.318 against 0.357).
+for class" (merge passes then stay inside them), but starting from the whole table measured
+lower on every data set (Adult, t = 0.2: AIL 0.318 against 0.357).  The rescue and the merge
+passes never raise the AIL of what they start from.
 """
 from __future__ import annotations
 
