@@ -7,10 +7,11 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
   python benchmarks/bench_methods.py adult              # Adult, occupation SA, t = 0.2, k = 5
   python benchmarks/bench_methods.py census --rows 100000 [--flat]
   python benchmarks/bench_methods.py speed --rows 1000000   # AK vs refine time
-  --methods ak,knn,mondrian,refine,refine-w,refine-t       # refine-w: emd_weight 0.2,
-                                                           # refine-t: search 'thorough'
-            partition-first[-256|-4096]                    # t-Mondrian parts of >= 1024
-                                                           # (256, 4096) rows, SABRE-AK inside
+  --methods ak,knn,mondrian,refine,refine-w,refine-t,refine-0,refine-r,partition-first[-256|-4096]
+      # refine-w: emd_weight 0.2; refine-t: search 'thorough' (4 merge passes at any size);
+      # refine-0: the cut search alone (no rescue, no merge passes: 'refine' before them);
+      # refine-r: the cut search and the stratified rescue (no merge passes);
+      # partition-first: t-Mondrian parts of >= 1024 (256, 4096) rows, SABRE-AK inside
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
 
@@ -41,9 +42,13 @@ from shared_data import SHARED_DATA  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
          "refine-w": "refine, emd_weight 0.2", "refine-t": "refine, search thorough",
+         "refine-0": "refine, search only", "refine-r": "refine, search + rescue",
          "partition-first": "partition first, parts >= 1024",
          "partition-first-256": "partition first, parts >= 256",
          "partition-first-4096": "partition first, parts >= 4096"}
+# core-only variants of 'refine': keyword arguments of core.refine.refine
+VARIANTS = {"refine-t": {"search": "thorough"}, "refine-0": {"rescue": False, "merges": 0},
+            "refine-r": {"merges": 0}}
 EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
 
 
@@ -77,8 +82,8 @@ def run(qis, codes, domain, t, k, method) -> dict:
     tic, cpu = time.perf_counter(), time.process_time()
     if method == "refine-w":
         ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
-    elif method == "refine-t":
-        ec = refine(qis, codes, domain, t, k, search="thorough")
+    elif method in VARIANTS:
+        ec = refine(qis, codes, domain, t, k, **VARIANTS[method])
     elif method.startswith("partition-first"):
         ec = partition_first(qis, codes, domain, t, k, int(method[16:] or 1024))
     else:
@@ -134,7 +139,7 @@ def main(argv=None) -> int:
         title = "census-like, %d rows, salary %s SA" % (a.rows, "flat" if a.flat else "numerical")
         if a.data == "speed":
             configs = [(0.35, 6)]
-            methods = [m for m in methods if m in ("ak", "mondrian", "refine", "refine-t")
+            methods = [m for m in methods if m in ("ak", "mondrian") or m.startswith("refine")
                        or m.startswith("partition-first")] or ["ak", "refine"]
     records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
     print(table(records, title))

@@ -97,3 +97,94 @@ def test_scores_are_the_parts_information_loss():
                                                 p.columns[r, i].max(keepdims=True))[0]
                                          for i in range(len(qis))]) for r in (mine[:x], mine[x:]))
             assert g == pytest.approx(want)
+
+
+def test_rescue_cuts_what_the_search_cannot():
+    """14 rows, SA sorted along the one QI (7 zeros, then 7 ones; table 50/50), t = 0.05:
+    every contiguous cut fails, and so does the stratified cut with alternate rounding (4 + 3
+    | 3 + 4, EMD 1/14 each); the rescue's rounding search finds 3 + 3 | 4 + 4, and the search
+    halves the 8-row half again (2 + 2 | 2 + 2)."""
+    from sabre_pg.core.cut_search import cut_search
+    qi = [QuasiIdentifier("x", np.arange(14, dtype=np.float64))]
+    codes = np.array([0] * 7 + [1] * 7)
+    dom = SADomain("numerical", m=2)
+    t, k = 0.05, 3
+    p = Partitioner(qi, codes, dom, t, k)
+    assert cut_search(p, np.zeros(14, dtype=np.int64)).tolist() == [0] * 14
+    ec = refine(qi, codes, dom, t, k)
+    e = X.ordered_class_emds(ec, codes, np.ones(14, dtype=np.int64), 2)
+    assert e.violations(t, k) == 0 and e.max_emd == 0
+    assert sorted(np.bincount(ec).tolist()) == [4, 4, 6]
+
+
+def test_balanced_halves_never_worse_than_alternation():
+    """Per partition, the searched rounding's larger half EMD is at most the alternation's
+    (lower for many of those the alternation puts above t, the same for the others), every
+    left count is half rounded up or down, and the halves are not empty."""
+    from sabre_pg.core.hierarchy import Hierarchy
+    from sabre_pg.core.refine import _halves_emd, balanced_halves
+    rng = np.random.default_rng(7)
+    h = Hierarchy.flat(["v%d" % i for i in range(9)])
+    dom = SADomain("categorical", hierarchy=h)
+    table = rng.dirichlet(np.ones(9))
+    counts = rng.multinomial(41, table, size=300)
+    odd = (counts & 1).astype(bool)
+    alternate = counts // 2 + (odd & ((np.cumsum(odd, axis=1) - 1) % 2 == 0))
+    t = 0.1
+    left = balanced_halves(counts, dom, table, t)
+    assert (np.abs(2 * left - counts) <= 1).all()
+    got, before = _halves_emd(left, counts, dom, table), _halves_emd(alternate, counts, dom, table)
+    assert (got <= before + 1e-12).all() and (got < before - 1e-9).sum() > 100
+    assert (got[before <= t] == before[before <= t]).all() and (got[before > t] <= t).sum() > 5
+    assert np.isfinite(got).all()
+
+
+def test_rescue_keeps_every_class_t_close_and_lowers_il():
+    """On a correlated hierarchical SA: the rescue (on by default) publishes only t-close,
+    k-anonymous classes, and never a higher AIL than the cut search alone."""
+    from sabre_pg.core.cut_search import cut_search
+    from sabre_pg.core.hierarchy import Hierarchy
+    from sabre_pg.core import refine as R
+    rng = np.random.default_rng(11)
+    n = 4_000
+    a, b = rng.integers(0, 40, n).astype(np.float64), rng.normal(size=n)
+    codes = np.clip((a // 4 + rng.integers(-2, 3, n)), 0, 9).astype(np.int64)
+    h = Hierarchy.flat(["s%d" % i for i in range(10)])
+    dom = SADomain("categorical", hierarchy=h)
+    qis = [QuasiIdentifier("a", a), QuasiIdentifier("b", b)]
+    t, k = 0.15, 4
+    ec = refine(qis, codes, dom, t, k)
+    e = X.domain_class_emds(ec, codes, np.ones(n, dtype=np.int64), dom)
+    assert e.violations(t, k) == 0
+    p = Partitioner(qis, codes, dom, t, k)
+    plain = cut_search(p, np.zeros(n, dtype=np.int64))
+
+    def ail(c):
+        return (p.spans(c, int(c.max()) + 1).mean(axis=1) * np.bincount(c)).sum() / n
+    assert ail(ec) < ail(plain) and e.classes > int(plain.max()) + 1
+    assert R.rescue_round(p, plain, np.zeros(int(plain.max()) + 1, dtype=bool))[0] is plain
+
+
+def test_merge_passes_lower_il_and_stay_t_close():
+    """Merge passes keep a union's new classes only where its summed IL falls: never a higher
+    AIL than without them (lower on this data), every class exactly t-close and k-anonymous;
+    the rescue alone is never above the search alone either."""
+    from sabre_pg.core import refine as R
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(3_000, seed=4)
+    t, k = 0.25, 5
+    runs = {(m, r): refine(qis, codes, dom, t, k, merges=m, rescue=r) for m, r in ((0, False), (0, True), (2, True))}
+    p = Partitioner(qis, codes, dom, t, k)
+    ail = {}
+    for key, ec in runs.items():
+        e = X.ordered_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom.m)
+        assert e.violations(t, k) == 0
+        ail[key] = (p.spans(ec, e.classes).mean(axis=1) * e.sizes).sum() / len(codes)
+    assert ail[(2, True)] < ail[(0, True)] <= ail[(0, False)]
+    old = np.array([0, 0, 1, 1, 2, 2, 2])
+    assert R._unchanged(old, np.array([1, 1, 0, 0, 2, 3, 3])).tolist() == [True, True, False, False]
+    assert R._unions(np.arange(10) // 2, None, 5, 2).tolist() == [0, 0, 1, 1, 1]
+    assert R._unions(np.arange(10) // 2, np.arange(10) // 6, 5, 0).tolist() == [0, 0, 0, 1, 1]
+    assert R.merge_count("fast", R.MERGE_ROWS) == R.MERGES["fast"] > 0
+    assert R.merge_count("fast", R.MERGE_ROWS + 1) == 0
+    assert R.merge_count("thorough", 10 * R.MERGE_ROWS) == R.MERGES["thorough"]
