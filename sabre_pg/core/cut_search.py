@@ -59,13 +59,14 @@ SEARCH = {"fast": (2, 16, 256, 8192, False), "thorough": (None, 64, 0, 0, True)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
-               search: str = "fast") -> np.ndarray:
+               search: str = "fast", stratify_first: bool | None = None) -> np.ndarray:
     """Cut the partitions of ``part`` (ids 0..P-1; each t-close and k-anonymous) while a
     candidate cut is t-close; returns the class id (0..C-1) of every row.
 
     ``search`` (:data:`SEARCH`): 'fast' scores a small partition's cuts on its two widest QIs
     only (normalized span) at fewer positions, the stratified cut only in a refused partition's
-    second search; 'thorough' on every QI.
+    second search (``stratify_first`` True: in the first one too, as 'thorough'; None: the
+    setting's); 'thorough' on every QI.
 
     ``emd_weight`` w > 0: every candidate is checked, and among the t-close ones a partition
     keeps the least ``score * (1 + w * EMD / t)`` (EMD: the larger of its parts'), so a cut
@@ -73,6 +74,7 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower)."""
     if search not in SEARCH:
         raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
+    setting = SEARCH[search] if stratify_first is None else SEARCH[search][:4] + (stratify_first,)
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)
@@ -85,7 +87,7 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
         orders.append(by_value[stable_argsort(part[by_value])])
     while not final.all():
         part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
-                                                           emd_weight, SEARCH[search])
+                                                           emd_weight, setting)
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 

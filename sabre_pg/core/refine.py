@@ -37,7 +37,8 @@ from .mondrian import Partitioner
 
 MERGE_GROUP = 4          # classes merged into one union by a merge pass
 MERGES = {"fast": 2, "thorough": 4}     # merge passes per search setting
-MERGE_ROWS = 50_000      # 'fast' makes its merge passes on tables up to this many rows
+MERGE_ROWS = 50_000      # 'fast' makes its merge passes on tables up to this many rows, and
+                         # searches the stratified cut first (not only on a retry) there
 BALANCE_STEPS = 16       # roundings flipped at most by the halves' rounding search
 BALANCE_CHUNK = 1 << 22  # (partitions x flips x values) evaluated at once by that search
 
@@ -62,7 +63,8 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
                     np.asarray(sa_codes)[at], domain, t, k)
     p.order_ties(np.asarray(keys)[at])
     part = np.zeros(len(at), dtype=np.int64) if classes is None else np.asarray(classes, np.int64)[at]
-    found = cut_search(p, part, emd_weight, search)
+    # a table small enough for merge passes also gets the stratified cut in every first search
+    found = cut_search(p, part, emd_weight, search, stratify_first=len(at) <= MERGE_ROWS or None)
     if rescue:
         found = stratified_rescue(p, found)
     ec = np.empty(len(at), dtype=np.int64)

@@ -61,14 +61,19 @@ def test_row_and_running_count_checks_agree(dense, monkeypatch):
     assert np.array_equal(ec, refine(qis, codes, dom, 0.3, 4))
 
 
-@pytest.mark.parametrize("setting", ["fast", "thorough", (2, 4, 400, 150)],
-                         ids=["fast", "thorough", "sampled-narrow"])
+@pytest.mark.parametrize("setting", ["fast", "fast-large", "thorough", (2, 4, 400, 150)],
+                         ids=["fast", "fast-large", "thorough", "sampled-narrow"])
 def test_search_settings_keep_every_class_t_close(setting, monkeypatch):
     """Every search setting (a small-partition QI limit, a coarse grid and sampled scoring
-    included) publishes t-close, k-anonymous classes only, and cuts the table."""
+    included; 'fast' as on a table above MERGE_ROWS: the stratified cut only on a retry, no
+    merge passes) publishes t-close, k-anonymous classes only, and cuts the table."""
     import sabre_pg.core.cut_search as CS
+    import sabre_pg.core.refine as R
     from sabre_pg.synthetic import census
     qis, codes, dom = census(3_000, seed=4)
+    if setting == "fast-large":
+        monkeypatch.setattr(R, "MERGE_ROWS", 1_000)
+        setting = "fast"
     if not isinstance(setting, str):
         monkeypatch.setitem(CS.SEARCH, "fast", setting)
         setting = "fast"
