@@ -99,11 +99,16 @@ class Partitioner:
         """Normalized span of every QI in every partition (n_parts x d); rows of ``part`` < 0
         are ignored."""
         rows = np.flatnonzero(part >= 0)
-        order = rows[stable_argsort(part[rows])]
-        sizes = np.bincount(part[rows], minlength=n_parts)
+        return self.group_spans(rows, part[rows], n_parts)
+
+    def group_spans(self, rows: np.ndarray, labels: np.ndarray, n_groups: int) -> np.ndarray:
+        """Normalized span of every QI in every group (n_groups x d) of ``rows`` labelled
+        ``labels`` (0..n_groups-1); a group without rows spans 0."""
+        order = rows[stable_argsort(labels)]
+        sizes = np.bincount(labels, minlength=n_groups)
         present = np.flatnonzero(sizes)
-        starts = np.concatenate(([0], np.cumsum(sizes[present])[:-1]))
-        out = np.zeros((n_parts, len(self.qis)))
+        starts = (np.cumsum(sizes) - sizes)[present]
+        out = np.zeros((n_groups, len(self.qis)))
         for j in range(len(self.qis)):
             v = self.columns[:, j][order]
             out[present, j] = self.span(j, np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts))

@@ -31,9 +31,9 @@ import numpy as np
 
 from .cut_search import cut_search
 from .emd import SADomain
-from .generalize import stable_argsort
 from .hilbert import hilbert_keys
 from .mondrian import Partitioner
+from .redistribute import dichotomize
 
 MERGE_GROUP = 4          # classes merged into one union by a merge pass
 MERGES = {"fast": 2, "thorough": 4}     # merge passes per search setting
@@ -196,16 +196,11 @@ def _unions(ec, within, n_classes, offset) -> np.ndarray:
 
 def _summed_il(p: Partitioner, rows, label, n_labels) -> np.ndarray:
     """Summed IL (rows times mean normalized span) of each group ``label`` of ``rows``."""
-    order = rows[stable_argsort(label)]
-    sizes = np.bincount(label, minlength=n_labels)
-    present = np.flatnonzero(sizes)
-    starts = (np.cumsum(sizes) - sizes)[present]
-    block = p.by_row[order]
+    spans = p.group_spans(rows, label, n_labels)
     il = np.zeros(n_labels)
     for j in range(len(p.qis)):
-        il[present] += p.span(j, np.minimum.reduceat(block[:, j], starts),
-                              np.maximum.reduceat(block[:, j], starts))
-    return il / len(p.qis) * sizes
+        il += spans[:, j]
+    return il / len(p.qis) * np.bincount(label, minlength=n_labels)
 
 
 def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: float) -> np.ndarray:
@@ -220,7 +215,7 @@ def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: 
     :data:`BALANCE_CHUNK`."""
     odd = (counts & 1).astype(bool)
     n_odd = odd.sum(axis=1)
-    left = counts // 2 + (odd & ((np.cumsum(odd, axis=1) - 1) % 2 == 0))
+    left = dichotomize(counts)[0]
     width = int(n_odd.max(initial=0))
     if not width:
         return left
