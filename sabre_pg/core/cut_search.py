@@ -229,13 +229,13 @@ class _SortedPartitions:
         changes = self._changes(p)
         owners = np.concatenate([q] * len(positions) + [self.owner[changes]])
         at = np.concatenate(positions + [changes - self.starts[self.owner[changes]]])
-        fixed = np.arange(len(at)) < n_fixed * len(q)
-        key, inv = np.unique(owners * (len(self.rows) + 1) + at, return_inverse=True)
-        fixed = np.bincount(inv.reshape(-1), weights=fixed, minlength=len(key)) > 0
+        # the distinct (owner, pos), sorted; fixed if any copy is (bit 0 clear sorts first)
+        key = np.sort(2 * (owners * (len(self.rows) + 1) + at) + (np.arange(len(at)) >= n_fixed * len(q)))
+        key = key[np.r_[True, key[1:] >> 1 != key[:-1] >> 1]]
+        fixed, key = (key & 1) == 0, key >> 1
         owners, pos = key // (len(self.rows) + 1), key % (len(self.rows) + 1)
         scores, s_owner, s_score = self._scores(p, q, owners, pos)
-        order = np.lexsort((pos, scores, owners))       # grid and changes: the least-IL one
-        fixed[order[np.r_[True, owners[order][1:] != owners[order][:-1]]]] = True
+        fixed[_segment_argmin(owners, scores)] = True    # grid and changes: the least-IL one
         owners, pos, scores = owners[fixed], pos[fixed], scores[fixed]
         return {"owner": np.concatenate((owners, s_owner)),
                 "dim": np.full(len(owners) + len(s_owner), self.j),
@@ -280,7 +280,7 @@ class _SortedPartitions:
         bounds = np.searchsorted(idx, bounds)
         il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
         dense = _DenseQIs.of(p)
-        block = dense.block[self.rows[idx]]          # one gather of whole rows
+        block = np.take(dense.block, self.rows[idx], axis=0)   # one gather of whole rows (take: 3x fancy indexing's speed)
         for i, values in enumerate(dense.values):
             v = block[:, i]
             lo = np.minimum.reduceat(v, bounds).astype(np.int64)
@@ -306,7 +306,7 @@ class _SortedPartitions:
         dest, s_bounds, s_q = self._stratified_layout(idx)
         dense = _DenseQIs.of(p)
         strat = np.empty((len(idx), len(p.qis)), dtype=dense.block.dtype)
-        strat[dest] = dense.block[self.rows[idx]]
+        strat[dest] = np.take(dense.block, self.rows[idx], axis=0)
         il_strat = np.zeros(len(s_bounds))
         for i, values in enumerate(dense.values):
             w = strat[:, i]
@@ -322,8 +322,12 @@ class _SortedPartitions:
         if not self.sample or self.sizes.max() <= self.sample:
             return np.arange(len(self.rows))
         stride = np.maximum(self.sizes // self.sample, 1)
-        i = np.arange(len(self.rows))
-        keep = (i - self.starts[self.owner]) % stride[self.owner] == 0
+        big = np.flatnonzero((stride > 1) & (self.sizes > 0))
+        keep = np.ones(len(self.rows), dtype=bool)
+        keep[_segment_indices(self.starts[big], self.sizes[big])] = False
+        count = -(-self.sizes[big] // stride[big])       # every r-th row: ceil(size / r) of them
+        keep[np.repeat(self.starts[big], count) + _segment_indices(np.zeros(len(big), np.int64), count)
+             * np.repeat(stride[big], count)] = True
         keep[cuts] = True
         keep[(self.starts + self.sizes - 1)[self.sizes > 0]] = True
         return np.flatnonzero(keep)
@@ -364,7 +368,7 @@ class _SortedPartitions:
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
         seg = self.starts[cand["owner"][mine]]
         size = self.sizes[cand["owner"][mine]]
-        idx = np.repeat(seg - np.cumsum(size) + size, size) + np.arange(size.sum())
+        idx = _segment_indices(seg, size)
         c = np.repeat(mine, size)
         right = idx - np.repeat(seg, size) >= cand["pos"][c]
         s = cand["strat"][c]
@@ -383,10 +387,11 @@ class _SortedPartitions:
                                       minlength=len(self.sizes) * m).reshape(-1, m).astype(np.int32)
         q = cand["owner"][mine]
         seg = self.starts[q]
-        left = self._running[seg + cand["pos"][mine]] - self._running[seg]
+        first = np.take(self._running, seg, axis=0)
+        left = np.take(self._running, seg + cand["pos"][mine], axis=0) - first
         s = cand["strat"][mine]
         left[s] = self._strat[q[s]]
-        right = self._running[seg + self.sizes[q]] - self._running[seg] - left
+        right = np.take(self._running, seg + self.sizes[q], axis=0) - first - left
         both = np.stack((left, right), axis=1).reshape(-1, m)          # rows 2i, 2i + 1
         nz = np.flatnonzero(both)
         group = 2 * mine[nz // (2 * m)] + (nz // m) % 2
@@ -472,6 +477,21 @@ def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.nda
         e[exact.class_ids[keep]] = exact.emd[keep]
         return good[2 * pick] & good[2 * pick + 1], np.maximum(e[2 * pick], e[2 * pick + 1])
     return good[2 * pick] & good[2 * pick + 1]
+
+
+def _segment_argmin(owners, scores) -> np.ndarray:
+    """Index of the least score of every run of equal ``owners`` (sorted), the first on ties:
+    ``lexsort((index, scores, owners))``'s first per owner, without the sort."""
+    start = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    least = np.repeat(np.minimum.reduceat(scores, start), np.diff(np.r_[start, len(owners)]))
+    at = np.flatnonzero(scores == least)
+    return at[np.r_[True, owners[at][1:] != owners[at][:-1]]]
+
+
+def _segment_indices(starts, sizes) -> np.ndarray:
+    """The indices starts[i] .. starts[i] + sizes[i] - 1 of every segment, concatenated."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    return np.repeat(np.asarray(starts, np.int64) - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
 
 
 def _grouped(labels, codes, m):
