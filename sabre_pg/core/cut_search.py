@@ -59,7 +59,8 @@ SEARCH = {"fast": (2, 16, 256, 8192, False), "thorough": (None, 64, 0, 0, True)}
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
-               search: str = "fast", stratify_first: bool | None = None) -> np.ndarray:
+               search: str = "fast", stratify_first: bool | None = None,
+               max_rounds: int | None = None) -> np.ndarray:
     """Cut the partitions of ``part`` (ids 0..P-1; each t-close and k-anonymous) while a
     candidate cut is t-close; returns the class id (0..C-1) of every row.
 
@@ -71,7 +72,10 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     ``emd_weight`` w > 0: every candidate is checked, and among the t-close ones a partition
     keeps the least ``score * (1 + w * EMD / t)`` (EMD: the larger of its parts'), so a cut
     that leaves slack for the next ones can win over a slightly better one now (Adult,
-    w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower)."""
+    w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower).
+
+    ``max_rounds``: stop after that many rounds (the partitions returned may be cut further
+    by a later search, e.g. in threads)."""
     if search not in SEARCH:
         raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
     setting = SEARCH[search] if stratify_first is None else SEARCH[search][:4] + (stratify_first,)
@@ -85,9 +89,11 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
         by_value = np.empty(len(part), dtype=np.int64)
         by_value[ranks[:, j]] = np.arange(len(part))
         orders.append(by_value[stable_argsort(part[by_value])])
-    while not final.all():
+    rounds = 0
+    while not final.all() and (max_rounds is None or rounds < max_rounds):
         part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
                                                            emd_weight, setting)
+        rounds += 1
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
@@ -103,7 +109,8 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     final = final | ~live
     owner = part[orders[0]]      # the same in every order: the same rows, grouped by partition
     keep = live[owner]
-    orders, owner = [o[keep] for o in orders], owner[keep]
+    if not keep.all():
+        orders, owner = [o[keep] for o in orders], owner[keep]
     if not len(orders[0]):
         return part, n_parts, final, wide, orders
     sizes = np.where(live, sizes, 0)
@@ -115,7 +122,8 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     for j, o in enumerate(orders):
         sel = searched[owner, j]
         if sel.any():
-            sorted_parts.append(_SortedPartitions(p, o[sel], owner[sel], j, np.where(searched[:, j], sizes, 0),
+            rows, own = (o, owner) if sel.all() else (o[sel], owner[sel])
+            sorted_parts.append(_SortedPartitions(p, rows, own, j, np.where(searched[:, j], sizes, 0),
                                                   setting[1], setting[3], stratified))
     if not sorted_parts:                  # no partition has a QI to cut along
         return part, n_parts, final | live, wide, orders
