@@ -182,16 +182,17 @@ class _DenseQIs:
     def __init__(self, p):
         ranks = p.ranks_of(None)
         n, d = ranks.shape
-        codes, self.values = np.empty((n, d), dtype=np.int32), []
-        by_value = np.empty(n, dtype=np.int64)
+        codes, self.values = np.empty((n, d), dtype=np.int32, order="F"), []
         for i in range(d):
+            v = p.columns[:, i]
+            by_value = np.empty(n, dtype=np.int64)     # a column at a time: contiguous writes
             by_value[ranks[:, i]] = np.arange(n)
-            v = p.columns[by_value, i]
+            v = v[by_value]              # the values in order
             new = np.r_[True, v[1:] != v[:-1]]
-            codes[by_value, i] = np.cumsum(new) - 1
+            codes[by_value, i] = np.cumsum(new, dtype=np.int32) - 1
             self.values.append(v[new])
         most = max(len(v) for v in self.values)
-        self.block = codes.astype(np.int16) if most <= np.iinfo(np.int16).max else codes
+        self.block = np.ascontiguousarray(codes.astype(np.int16) if most <= np.iinfo(np.int16).max else codes)
 
     @classmethod
     def of(cls, p) -> "_DenseQIs":
@@ -330,9 +331,10 @@ class _SortedPartitions:
         if not self.sample or self.sizes.max() <= self.sample:
             return np.arange(len(self.rows))
         stride = np.maximum(self.sizes // self.sample, 1)
-        big = np.flatnonzero((stride > 1) & (self.sizes > 0))
-        keep = np.ones(len(self.rows), dtype=bool)
-        keep[_segment_indices(self.starts[big], self.sizes[big])] = False
+        big = np.flatnonzero(stride > 1)
+        small = np.flatnonzero((stride == 1) & (self.sizes > 0))
+        keep = np.zeros(len(self.rows), dtype=bool)
+        keep[_segment_indices(self.starts[small], self.sizes[small])] = True
         count = -(-self.sizes[big] // stride[big])       # every r-th row: ceil(size / r) of them
         keep[np.repeat(self.starts[big], count) + _segment_indices(np.zeros(len(big), np.int64), count)
              * np.repeat(stride[big], count)] = True

@@ -75,7 +75,11 @@ class Partitioner:
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
-        self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
+        keys = np.asarray(keys)
+        if len(keys) > 1 and (keys[1:] >= keys[:-1]).all():
+            self.ties = None         # rows stored in key order: ties by row, as without keys
+        else:
+            self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
         self.ranks = None
 
     def rank(self, rows: np.ndarray, dim: np.ndarray) -> np.ndarray:
@@ -89,8 +93,9 @@ class Partitioner:
             n, d = self.columns.shape
             self.ranks = np.empty((n, d), dtype=np.int64, order="F")
             for i in range(d):
-                keys = (self.columns[:, i],) if self.ties is None else (self.ties, self.columns[:, i])
-                self.ranks[np.lexsort(keys), i] = np.arange(n)
+                order = np.argsort(self.columns[:, i], kind="stable") if self.ties is None else \
+                    np.lexsort((self.ties, self.columns[:, i]))
+                self.ranks[order, i] = np.arange(n)
         return self.ranks if j is None else self.ranks[:, j]
 
     def span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
