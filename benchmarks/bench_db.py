@@ -21,6 +21,11 @@ For each size in ``--rows`` (default 100000,1000000):
 
 Targets shown beside the numbers: 100k rows <= 1 s; 1M rows <= 5 s with ratio <= 6.
 
+``--methods ak,refine`` (issue #11's speed target): at every size and repetition each method
+runs in its own fresh backend on the same table, one after the other (the sort baseline is
+skipped), and each method's wall time over SABRE-AK's in the same repetition is reported,
+with the target <= 2 for the default method 'refine' at 1M rows.
+
     python benchmarks/bench_db.py [--dsn CONNINFO] [--rows 100000,1000000] [--repeat 1]
                                   [--regenerate] [--json out.json]
 
@@ -98,7 +103,7 @@ def ensure_table(dsn: str, rows: int, schema: str, regenerate: bool) -> tuple[st
         return table, res["hierarchies"], f"generated in {res['seconds']:.2f} s"
 
 
-def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str) -> dict:
+def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str, method: str = "ak") -> dict:
     with psycopg.connect(dsn, autocommit=True) as conn:       # fresh backend: its peak is this run's
         qs = sql.Identifier(schema)
         # warm up: the first PL/Python call of a session starts the interpreter and imports
@@ -111,8 +116,9 @@ def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str) -> dict
         row = conn.execute(
             sql.SQL("SELECT run_id, rows, classes, min_class_size, max_emd, ail, seconds FROM "
                     "{}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, sensitive => %s, "
-                    "t => %s, k => %s, method => 'ak', options => %s::jsonb)").format(qs),
-            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "keep": []})),
+                    "t => %s, k => %s, method => %s, options => %s::jsonb)").format(qs),
+            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, method,
+             json.dumps({"hierarchies": hierarchies, "keep": []})),
         ).fetchone()
         wall = time.perf_counter() - t0
         after = backend_memory(conn)
@@ -173,6 +179,25 @@ def report(rows: int, note: str, anonymized: dict, sort: dict) -> str:
     return "\n".join(lines)
 
 
+def compare_methods(dsn, rows, table, hierarchies, options) -> list:
+    """Each method of ``options.methods`` in turn, ``options.repeat`` times, on one table: wall
+    times, phases and each method's ratio to 'ak' in the same repetition."""
+    methods = [m.strip() for m in options.methods.split(",") if m.strip()]
+    results = []
+    for repetition in range(max(1, options.repeat)):
+        runs = {m: time_anonymize(dsn, table, hierarchies, options.schema, m) for m in methods}
+        print(f"== {rows:,} rows, repetition {repetition + 1}", flush=True)
+        for m, r in runs.items():
+            ratio = r["wall"] / runs["ak"]["wall"] if "ak" in runs else float("nan")
+            target = f"   [target <= 2: {_verdict(ratio <= 2)}]" if m == "refine" and rows >= 1_000_000 else ""
+            print(f"   {m:9s} {r['wall']:7.2f} s wall ({r['seconds']:.2f} s inside), x{ratio:.2f} SABRE-AK{target}; "
+                  f"{r['classes']:,} classes, AIL {r['ail']:.4f}, max EMD {r['max_emd']:.4f}, VmHWM {_mb(r['mem_after'])}")
+            print("             phases (s) " + "  ".join(f"{p} {r['phases'][p]:.2f}" for p in phase_order(r["phases"])),
+                  flush=True)
+            results.append({"rows": rows, "table": table, "method": m, "anonymize": r, "ratio_to_ak": ratio})
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
@@ -181,6 +206,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="anonymize + sort runs per size (all are shown)")
     parser.add_argument("--regenerate", action="store_true", help="regenerate the tables even if they exist")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--methods", help="compare methods end to end, e.g. ak,refine (ratios to 'ak')")
     options = parser.parse_args(argv)
     try:
         sizes = [int(x.replace("_", "")) for x in options.rows.split(",") if x.strip()]
@@ -200,6 +226,9 @@ def main(argv=None) -> int:
     results = []
     for rows in sizes:
         table, hierarchies, note = ensure_table(dsn, rows, options.schema, options.regenerate)
+        if options.methods:
+            results += compare_methods(dsn, rows, table, hierarchies, options)
+            continue
         for repetition in range(max(1, options.repeat)):
             anonymized = time_anonymize(dsn, table, hierarchies, options.schema)
             sort = time_sort(dsn, table)

@@ -14,6 +14,8 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
       # partition-first: t-Mondrian parts of >= 1024 (256, 4096) rows, SABRE-AK inside
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
+'refine' runs in ``--threads`` threads (default: the server's default on this machine, 1 +
+max_parallel_workers_per_gather's default 2, at most the cores; 1: one thread).
 
 Adult is read from ``$SABRE_DATA`` (default: ../shared/data beside the project)/adult with its ARX hierarchies.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import time
 from pathlib import Path
@@ -78,16 +81,16 @@ def flat(domain: SADomain) -> SADomain:
     return SADomain("categorical", hierarchy=Hierarchy.flat(["s%05d" % i for i in range(domain.m)]))
 
 
-def run(qis, codes, domain, t, k, method) -> dict:
+def run(qis, codes, domain, t, k, method, threads=1) -> dict:
     tic, cpu = time.perf_counter(), time.process_time()
     if method == "refine-w":
-        ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT)
+        ec = refine(qis, codes, domain, t, k, emd_weight=EMD_WEIGHT, threads=threads)
     elif method in VARIANTS:
-        ec = refine(qis, codes, domain, t, k, **VARIANTS[method])
+        ec = refine(qis, codes, domain, t, k, threads=threads, **VARIANTS[method])
     elif method.startswith("partition-first"):
         ec = partition_first(qis, codes, domain, t, k, int(method[16:] or 1024))
     else:
-        ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False).ec
+        ec = anonymize(qis, codes, domain, t, k, method=method, with_emds=False, threads=threads).ec
     seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu
     index = ECIndex(ec)
     _, il, il_paper = generalize_classes(qis, index, paper=True)
@@ -126,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--flat", action="store_true", help="census: salary as a flat categorical SA")
     ap.add_argument("--methods", default=None, help="default: ak,knn,mondrian,refine (speed: ak,refine)")
+    ap.add_argument("--threads", type=int, default=min(3, os.cpu_count() or 1),
+                    help="threads of 'refine' (default: the server's default here)")
     a = ap.parse_args(argv)
     methods = (a.methods or ("ak,refine" if a.data == "speed" else "ak,knn,mondrian,refine")).split(",")
     if a.data == "adult":
@@ -141,8 +146,8 @@ def main(argv=None) -> int:
             configs = [(0.35, 6)]
             methods = [m for m in methods if m in ("ak", "mondrian") or m.startswith("refine")
                        or m.startswith("partition-first")] or ["ak", "refine"]
-    records = [run(qis, codes, dom, t, k, m) for t, k in configs for m in methods]
-    print(table(records, title))
+    records = [run(qis, codes, dom, t, k, m, a.threads) for t, k in configs for m in methods]
+    print(table(records, title + ("; refine in %d threads" % a.threads)))
     for m in methods:
         if m not in ("ak", "knn", "mondrian") and "mondrian" in methods:
             print("\n" + versus_mondrian(records, m))

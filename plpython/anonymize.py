@@ -136,7 +136,8 @@ def _engine(req, data, summary, plan, hierarchies):
     try:
         return anonymize(qis, data.sa_codes, summary.domain(), req.t, req.k, method=req.method,
                          seed=req.options.seed, takeout=req.options.takeout, weights=req.options.weights,
-                         sa_plan=plan, search=req.options.search)
+                         sa_plan=plan, search=req.options.search,
+                         threads=req.options.threads)
     except ValueError as e:
         raise E.invalid_parameter(str(e), ENGINE_HINT)
 

@@ -8,6 +8,7 @@ later stages (scan, publish) take a :class:`Request` and never check arguments a
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,8 +19,9 @@ from . import common as C
 from . import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
-               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search")
+               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search", "threads")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
+MAX_THREADS = 64
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
           "the whole table; typical values are 0.1 to 0.5.")
 K_HINT = "k is the minimum number of rows per equivalence class."
@@ -79,6 +81,7 @@ class Options:
     given: dict                    # as the caller gave them (recorded in the catalog)
     labels: bool = False           # the view <output>_labels (labels.py)
     search: str = "fast"           # method 'refine': cut search setting (core/cut_search.py)
+    threads: int = 1               # method 'refine': threads of the cut search (core/refine.py)
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                   "Pass a table, view, materialized view or foreign table.")
     columns = C.columns(plpy, src["oid"])
     qis, sa = attributes(columns, quasi_identifiers, sensitive, given.get("hierarchies"))
-    opts = parse_options(given, columns, qis)
+    opts = parse_options(given, columns, qis, default_threads(plpy))
     key = find_key(plpy, src, columns, given.get("key"))
     out = output_names(plpy, src, output)
     req = Request(src, columns, tuple(qis), sa[0], key, t, k, method, opts, out, tuple(sa), ts) if several \
@@ -223,7 +226,14 @@ def boolean_option(opts, name, default, hint):
     return value
 
 
-def parse_options(given: dict, columns: dict, qis) -> Options:
+def default_threads(plpy) -> int:
+    """options.threads when not given: a parallel query's processes in this session (the leader
+    and ``max_parallel_workers_per_gather`` workers), at most the machine's cores."""
+    workers = plpy.execute("SELECT pg_catalog.current_setting('max_parallel_workers_per_gather')::pg_catalog.int4 AS w")
+    return max(1, min(int(workers[0]["w"]) + 1, os.cpu_count() or 1))
+
+
+def parse_options(given: dict, columns: dict, qis, threads: int = 1) -> Options:
     """The scalar options, keep and weights, checked."""
     takeout = _choice(given, "takeout", "sweep", ("sweep", "random"),
                       "'sweep' (seeds in Hilbert order, default) or 'random' (the paper's random seeds).")
@@ -251,8 +261,11 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
     search = _choice(given, "search", "fast", ("fast", "thorough"),
                      "method 'refine': 'fast' (default) searches small partitions' cuts on their two widest "
                      "quasi-identifiers; 'thorough' on every one (slower on large tables).")
+    threads = _integer(given, "threads", threads, 1, MAX_THREADS,
+                       "method 'refine' searches a large table in this many threads (default: 1 + "
+                       "max_parallel_workers_per_gather, at most the server's cores); 1 searches in the backend alone.")
     return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given,
-                   labels, search)
+                   labels, search, threads)
 
 
 def _keep(keep, columns, qis) -> tuple:

@@ -18,6 +18,9 @@ round), so a round costs O(n log n) and there are about log2(n/k) rounds plus re
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 
 from .emd import SADomain
@@ -46,12 +49,37 @@ class Partitioner:
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
         self.ranks = None       # per QI, every row's position in its order (see rank)
         self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
-        self.other_sas = []     # (codes, domain, t) of further SAs (add_sa)
+        self.other_sas = []     # (codes, domain, t, table counts) of further SAs (add_sa)
         self._by_row = None
+
+    def subset(self, rows: np.ndarray) -> "Partitioner":
+        """The rows ``rows`` (increasing) as a Partitioner of their own that measures as this
+        one: EMDs against this table's SA distribution, spans over this table's ranges, ties
+        in the same order.  A set of partitions searched apart (:func:`.refine.refine`'s
+        threads) is then cut exactly as in the whole table."""
+        sub = copy.copy(self)
+        sub.qis = [dataclasses.replace(qi, values=np.asarray(qi.values)[rows]) for qi in self.qis]
+        sub.codes = self.codes[rows]
+        sub.columns = np.asfortranarray(self.columns[rows])
+        sub.ties = None if self.ties is None else self.ties[rows]
+        sub.ranks = sub._by_row = None
+        if self.ranks is not None:      # the same orders restricted to the rows: no sort
+            sub.ranks = np.empty((len(rows), self.ranks.shape[1]), dtype=np.int64, order="F")
+            for j in range(self.ranks.shape[1]):
+                r = self.ranks[rows, j]
+                kept = np.zeros(len(self.codes), dtype=np.int64)
+                kept[r] = 1
+                sub.ranks[:, j] = (np.cumsum(kept) - 1)[r]
+        sub.other_sas = [(codes[rows], domain, t, table) for codes, domain, t, table in self.other_sas]
+        return sub
 
     def order_ties(self, keys: np.ndarray) -> None:
         """Break ties of the cut QI by ``keys`` (e.g. Hilbert keys: close in the other QIs)."""
-        self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
+        keys = np.asarray(keys)
+        if len(keys) > 1 and (keys[1:] >= keys[:-1]).all():
+            self.ties = None         # rows stored in key order: ties by row, as without keys
+        else:
+            self.ties = np.argsort(np.argsort(keys, kind="stable"), kind="stable")
         self.ranks = None
 
     def rank(self, rows: np.ndarray, dim: np.ndarray) -> np.ndarray:
@@ -65,8 +93,9 @@ class Partitioner:
             n, d = self.columns.shape
             self.ranks = np.empty((n, d), dtype=np.int64, order="F")
             for i in range(d):
-                keys = (self.columns[:, i],) if self.ties is None else (self.ties, self.columns[:, i])
-                self.ranks[np.lexsort(keys), i] = np.arange(n)
+                order = np.argsort(self.columns[:, i], kind="stable") if self.ties is None else \
+                    np.lexsort((self.ties, self.columns[:, i]))
+                self.ranks[order, i] = np.arange(n)
         return self.ranks if j is None else self.ranks[:, j]
 
     def span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -117,14 +146,15 @@ class Partitioner:
     def add_sa(self, sa_codes: np.ndarray, domain: SADomain, t: float) -> None:
         """Another SA every part must also be t-close on, with its own t (several SAs,
         docs/multiple-sa.md: a cut is kept only if both parts hold on every SA)."""
-        self.other_sas.append((np.asarray(sa_codes, dtype=np.int64), domain, t))
+        codes = np.asarray(sa_codes, dtype=np.int64)
+        self.other_sas.append((codes, domain, t, np.bincount(codes, minlength=domain.m)))
 
     def t_close(self, labels: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact check of the groups ``labels`` (>= 0) of ``rows``: (ids, ok) with ok[i] when
         group ids[i] has >= k rows and EMD <= t against the whole table, on every SA."""
         ids, ok = _t_close(labels, self.codes[rows], self.table_counts, self.domain, self.t, self.k)
-        for codes, domain, t in self.other_sas:          # same groups: same ids, in order
-            ok &= _t_close(labels, codes[rows], np.bincount(codes, minlength=domain.m), domain, t, self.k)[1]
+        for codes, domain, t, table in self.other_sas:   # same groups: same ids, in order
+            ok &= _t_close(labels, codes[rows], table, domain, t, self.k)[1]
         return ids, ok
 
 

@@ -366,7 +366,7 @@ def bucketizations(q, ts, domain: SADomain, lookahead: int) -> list:
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
-              sa_plan: SAPlan | None = None, search: str = "fast") -> SabreResult:
+              sa_plan: SAPlan | None = None, search: str = "fast", threads: int = 1) -> SabreResult:
     """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
     t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
     with a searched cut (``'refine'``, :mod:`.refine`: the t-close cut that lowers IL most).
@@ -377,7 +377,8 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
 
     ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
     takes seeds in Hilbert order.  KNN always uses random seeds.  ``search``: the refinement's
-    cut search setting ('fast' or 'thorough', :func:`.cut_search.cut_search`).
+    cut search setting ('fast' or 'thorough', :func:`.cut_search.cut_search`); ``threads``: its
+    threads (:func:`.refine.search_threads`).
 
     ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
     the tuples were read (the database computes them with a GROUP BY); the codes must have
@@ -409,7 +410,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     bucket_key_order = None
     if method == "refine":
         with stopwatch.phase("refine"):
-            ec = refine(qis, sa_codes, domain, t, k, keys=keys, search=search)
+            ec = refine(qis, sa_codes, domain, t, k, keys=keys, search=search, threads=threads)
     elif method in PARTITIONING:
         with stopwatch.phase("partition"):
             ec = mondrian(qis, sa_codes, domain, t, k)

@@ -193,3 +193,48 @@ def test_merge_passes_lower_il_and_stay_t_close():
     assert R.merge_count("fast", R.MERGE_ROWS) == R.MERGES["fast"] > 0
     assert R.merge_count("fast", R.MERGE_ROWS + 1) == 0
     assert R.merge_count("thorough", 10 * R.MERGE_ROWS) == R.MERGES["thorough"]
+
+
+def _canonical(ec):
+    """Class ids renumbered by first row: equal arrays <=> the same partition of the rows."""
+    _, first = np.unique(ec, return_index=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[ec]
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_threads_give_the_classes_of_one(flat, monkeypatch):
+    """Searched in 2 or 3 threads (each a share of the first rounds' partitions, as a table of
+    its own), the classes are exactly those of one thread, and every one is t-close."""
+    import sabre_pg.core.refine as R
+    from sabre_pg.core.hierarchy import Hierarchy
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(6_000, seed=4)
+    if flat:
+        dom = SADomain("categorical", hierarchy=Hierarchy.flat(["s%d" % i for i in range(dom.m)]))
+    monkeypatch.setattr(R, "THREAD_ROWS", 1_000)
+    subsets = []
+    monkeypatch.setattr(Partitioner, "subset", lambda self, rows, f=Partitioner.subset: subsets.append(len(rows)) or f(self, rows))
+    one = _canonical(refine(qis, codes, dom, 0.25, 5, threads=1))
+    assert not subsets
+    for threads in (2, 3):
+        many = refine(qis, codes, dom, 0.25, 5, threads=threads)
+        assert np.array_equal(_canonical(many), one)
+        assert len(subsets) == threads and sum(subsets) == len(codes)
+        subsets.clear()
+    exact = X.domain_class_emds(one, codes, np.ones(len(codes), dtype=np.int64), dom)
+    assert exact.violations(0.25, 5) == 0 and exact.classes > 50
+
+
+def test_worker_threads_leave_signals_to_the_caller():
+    """A search thread blocks every signal, so a backend's cancel reaches its own thread."""
+    import signal
+    import threading
+    from sabre_pg.core.refine import _signals_to_caller
+    seen = []
+    worker = threading.Thread(target=lambda: (_signals_to_caller(), seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))))
+    worker.start()
+    worker.join()
+    assert set(seen[0]) >= {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

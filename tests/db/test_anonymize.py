@@ -213,6 +213,23 @@ def test_census_end_to_end(pg_conn, method, keep):
     assert types["salary"] == "integer"
 
 
+def test_refine_threads_in_the_server_give_the_classes_of_one(pg_conn):
+    """'refine' searches the 20,000-row census in 2 threads of the backend (numpy outside the
+    interpreter lock) and publishes exactly the classes of a search in the backend alone."""
+    hier = make_census(pg_conn)
+    classes = {}
+    for threads in (1, 2):
+        out = "public.census_threads_%d" % threads
+        res = anonymize(pg_conn, "public.census", CENSUS_QIS, "salary", 0.25, 5, "refine", out,
+                        {"hierarchies": hier, "key": "id", "threads": threads})
+        assert res["max_emd"] <= 0.25 and res["min_class_size"] >= 5
+        with pg_conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT pg_catalog.array_agg(key ORDER BY key) FROM {} GROUP BY ec_id").format(
+                ident(out + "_keys")))
+            classes[threads] = {tuple(r[0]) for r in cur.fetchall()}
+    assert len(classes[1]) > 100 and classes[1] == classes[2]
+
+
 @pytest.mark.parametrize("method,keep", [("ak", []), ("knn", ["id"]), ("mondrian", [])],
                          ids=["ak", "knn-keep-id", "mondrian"])
 def test_adult_end_to_end(pg_conn, pg_dsn, shared_dir, method, keep):

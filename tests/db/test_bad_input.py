@@ -61,6 +61,8 @@ CASES = [
     ("takeout-unknown", dict(options={"takeout": "zigzag"}), "22023", ["zigzag"]),
     ("nulls-option-unknown", dict(options={"nulls": "ignore"}), "22023", ["ignore"]),
     ("search-option-unknown", dict(method="refine", options={"search": "quick"}), "22023", ["quick"]),
+    ("threads-option-zero", dict(method="refine", options={"threads": 0}), "22023", ["threads", "1 to 64"]),
+    ("threads-option-text", dict(method="refine", options={"threads": "2"}), "22023", ["threads"]),
     ("option-unknown", dict(options={"bogus": 1}), "22023", ["bogus"]),
     ("options-not-object", dict(options=[1, 2]), "22023", ["options"]),
     ("hierarchy-unknown", dict(options={"hierarchies": {"sex": "nope_h"}}), "42704", ["nope_h"]),
