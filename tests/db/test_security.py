@@ -460,7 +460,7 @@ def test_repeatable_read_readers(pg_conn, pg_connect):
     read it keeps its lock, so the rerun waits (lock_timeout).  With refresh = 'mvcc' such a
     reader keeps seeing the old rows, and views on the output survive."""
     _census(pg_conn)
-    call = ("SELECT run_id FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', %s, %s, "
+    call = ("SELECT run_id FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', %s, %s, 'ak', "
             "options => %s)")
     pg_conn.execute(call, (0.4, 4, Jsonb({}))).fetchall()
     before = pg_conn.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone()
