@@ -103,7 +103,7 @@ def run_server(dsn, table, hierarchies, schema, parts) -> dict:
 def run_client(dsn, table, hierarchies, schema, parts, parallel) -> dict:
     with PeakMonitor(dsn) as monitor:
         t0 = time.perf_counter()
-        run = api.anonymize_partitioned(dsn, f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K,
+        run = api.anonymize_partitioned(dsn, f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, "ak",
                                         output=f"public.{table}_parts", hierarchies=hierarchies, schema=schema,
                                         partitions=parts, parallel=parallel)
         wall = time.perf_counter() - t0
