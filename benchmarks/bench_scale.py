@@ -3,7 +3,8 @@
 
 For each size in ``--rows`` (default 1000000,10000000) the census-like table
 ``public.bench_census_<rows>`` is generated as ``bench_db.py`` does (reused when present), then
-SABRE-AK with t = 0.35, k = 6, the 7 QIs and SA salary runs partitioned into
+``--method`` (default 'ak', SABRE-AK; 'refine' is the product's default) with t = 0.35, k = 6,
+the 7 QIs and SA salary runs partitioned into
 the smallest power of two of parts >= rows / ``--part-rows``:
 
 * ``server``: one call, ``sabre_anonymize(options => '{"partitions": P}')``, in one fresh
@@ -83,15 +84,15 @@ def _phases(conn, schema, run_id) -> dict:
                         (run_id,)).fetchone()[0]
 
 
-def run_server(dsn, table, hierarchies, schema, parts) -> dict:
+def run_server(dsn, table, hierarchies, schema, parts, method) -> dict:
     with psycopg.connect(dsn, autocommit=True) as conn:
         qs = sql.Identifier(schema)
         conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(qs))
         t0 = time.perf_counter()
         row = conn.execute(sql.SQL(
             "SELECT run_id, rows, classes, min_class_size, max_emd, output::text FROM {}.sabre_anonymize("
-            "%s::regclass, %s, %s, %s, %s, 'ak', %s, %s::jsonb)").format(qs),
-            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, f"public.{table}_parts",
+            "%s::regclass, %s, %s, %s, %s, %s, %s, %s::jsonb)").format(qs),
+            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, method, f"public.{table}_parts",
              json.dumps({"hierarchies": hierarchies, "partitions": parts}))).fetchone()
         wall = time.perf_counter() - t0
         mem = backend_memory(conn)
@@ -100,10 +101,10 @@ def run_server(dsn, table, hierarchies, schema, parts) -> dict:
                 "phases": _phases(conn, schema, row[0])}
 
 
-def run_client(dsn, table, hierarchies, schema, parts, parallel) -> dict:
+def run_client(dsn, table, hierarchies, schema, parts, parallel, method) -> dict:
     with PeakMonitor(dsn) as monitor:
         t0 = time.perf_counter()
-        run = api.anonymize_partitioned(dsn, f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, "ak",
+        run = api.anonymize_partitioned(dsn, f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, method,
                                         output=f"public.{table}_parts", hierarchies=hierarchies, schema=schema,
                                         partitions=parts, parallel=parallel)
         wall = time.perf_counter() - t0
@@ -140,12 +141,13 @@ def main(argv=None) -> int:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--modes", default="server,client")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--method", default="ak", help="ak (default), refine, mondrian or knn")
     o = parser.parse_args(argv)
     sizes = [int(x.replace("_", "")) for x in o.rows.split(",") if x.strip()]
     modes = [m for m in o.modes.split(",") if m]
     dsn = resolve_dsn(argparse.Namespace(dsn=o.dsn, sabre_schema=o.schema))
     dsn = psycopg.conninfo.make_conninfo(dsn, application_name="sabre_bench_scale_%d" % os.getpid())
-    print(f"sabre-pg partitioned runs: SABRE-AK, t = {T}, k = {K}, 7 QIs, SA salary; parts of <= ~{o.part_rows:,} "
+    print(f"sabre-pg partitioned runs: method {o.method!r}, t = {T}, k = {K}, 7 QIs, SA salary; parts of <= ~{o.part_rows:,} "
           f"rows; client mode with {o.parallel} connections")
     results = []
     for rows in sizes:
@@ -155,8 +157,8 @@ def main(argv=None) -> int:
         # median cuts halve: a power of two keeps every part near rows / parts <= --part-rows
         parts = 1 << max(0, math.ceil(math.log2(rows / o.part_rows)))
         for mode in modes:
-            r = run_server(dsn, table, hierarchies, o.schema, parts) if mode == "server" else \
-                run_client(dsn, table, hierarchies, o.schema, parts, o.parallel)
+            r = run_server(dsn, table, hierarchies, o.schema, parts, o.method) if mode == "server" else \
+                run_client(dsn, table, hierarchies, o.schema, parts, o.parallel, o.method)
             r.update(check(dsn, o.schema, r["output"]), mode=mode, size=rows, partitions=parts,
                      largest_part=largest_part(dsn, o.schema, r["run_id"], parts))
             results.append(r)
