@@ -90,8 +90,7 @@ def call_estimate(conn, schema, table, qis, sa, t, options, k=K) -> tuple[list, 
     rows = conn.execute(
         sql.SQL("SELECT t, buckets, classes, ec_size, seconds, buckets_min, buckets_max, classes_min, classes_max, "
                 "stable, sample_rows FROM {}.sabre_estimate(source => %s::regclass, "
-                "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, method => 'ak', "
-                        "options => %s::jsonb)")
+                "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
         .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, k, json.dumps(options))).fetchall()
     return rows, time.perf_counter() - started
 
@@ -123,8 +122,7 @@ def actual_runs(dsn, schema, table, qis, sa, options) -> list:
         for t in TS:
             run_id, classes = conn.execute(
                 sql.SQL("SELECT run_id, classes FROM {}.sabre_anonymize(source => %s::regclass, "
-                        "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, method => 'ak', "
-                        "options => %s::jsonb)")
+                        "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
                 .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, K, json.dumps(options))).fetchone()
             buckets = conn.execute(sql.SQL("SELECT buckets FROM {}.runs WHERE run_id = %s")
                                    .format(sql.Identifier(schema)), (run_id,)).fetchone()[0]

@@ -31,9 +31,6 @@ from sabre_pg.errors import SabreError, from_database, require
 DEFAULT_SCHEMA = "sabre"
 CHUNK_ROWS = 50_000
 WHAT = "sabre_pg's Python API"
-#: how a Run names its method (``method`` of sabre_anonymize; docs/anonymize.md)
-METHOD_LABEL = {"refine": "refine (t-Mondrian, searched cut)", "ak": "SABRE-AK", "knn": "SABRE-KNN",
-                "mondrian": "t-Mondrian"}
 
 
 def _pandas():
@@ -205,7 +202,7 @@ class Run:
 
     def summary(self) -> dict:
         return {"run": self.run_id, "output": self.output_name, "source": self.source,
-                "method": METHOD_LABEL.get(self.method, self.method), "t": self.t, "k": self.k, "rows": self.rows,
+                "method": "SABRE-" + self.method.upper(), "t": self.t, "k": self.k, "rows": self.rows,
                 "classes": self.n_classes, "smallest class": self.min_class_size,
                 "max EMD": round(self.max_emd, 6), "AIL": _rounded(self.ail, 6), "seconds": round(self.seconds, 3)}
 
@@ -246,7 +243,7 @@ def _chunks(bind, relation: str, size: int) -> Iterator:
 
 
 def anonymize(bind, source, quasi_identifiers: Sequence[str], sensitive: str, t: float, k: int = 1,
-              method: str = "refine", output: str | None = None, hierarchies: dict[str, str] | None = None,
+              method: str = "ak", output: str | None = None, hierarchies: dict[str, str] | None = None,
               options: dict | None = None, *, schema: str = DEFAULT_SCHEMA,
               progress: Callable[[dict], None] | None = None) -> Run:
     """``sabre_anonymize``: a t-close, k-anonymous copy of ``source`` (docs/anonymize.md).
@@ -296,7 +293,7 @@ def _run(bind, name, row, source_name, sensitive, t, k, method, opts, schema) ->
 
 
 def anonymize_partitioned(dsn: str, source: str, quasi_identifiers: Sequence[str], sensitive: str, t: float,
-                          k: int = 1, method: str = "refine", output: str | None = None,
+                          k: int = 1, method: str = "ak", output: str | None = None,
                           hierarchies: dict[str, str] | None = None, options: dict | None = None, *,
                           partitions: int, parallel: int = 2, schema: str = DEFAULT_SCHEMA,
                           on_part: Callable[[dict], None] | None = None) -> Run:

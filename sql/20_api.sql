@@ -22,8 +22,7 @@ $fn$;
 COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy(text) IS
     'Drop a hierarchy you own (true), or return false when none has that name';
 
--- One implementation of sabre_anonymize; the two overloads below are thin wrappers.  The
--- default method is 'refine' (docs/anonymize.md); 'ak' and 'knn' are the paper's SABRE.
+-- One implementation of sabre_anonymize; the two overloads below are thin wrappers.
 -- source is the relation's OID (NULL when source_name, the caller's text, names none).
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize_impl(
     source            oid,
@@ -52,7 +51,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     sensitive         text,
     t                 double precision,
     k                 integer DEFAULT 1,
-    method            text DEFAULT 'refine',
+    method            text DEFAULT 'ak',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
@@ -73,7 +72,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     sensitive         text,
     t                 double precision,
     k                 integer DEFAULT 1,
-    method            text DEFAULT 'refine',
+    method            text DEFAULT 'ak',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
@@ -107,7 +106,6 @@ COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, inte
     'from the relation alone (classes = ec_id groups)';
 
 -- Several sensitive attributes, each with its own t (docs/multiple-sa.md): the array overloads.
--- Their default method stays 'ak' (docs/multiple-sa.md, "The default method").
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize_impl(
     source            oid,
     source_name       text,

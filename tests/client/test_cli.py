@@ -75,19 +75,6 @@ def test_parser_subcommands():
     assert (a.action, a.port) == ("status", 5999)
 
 
-def test_anonymize_method_default_and_choices():
-    """--method offers every method of the engine, 'refine' by default (the SQL default)."""
-    from sabre_pg.core.sabre import METHODS
-
-    p = cli.build_parser()
-    base = ["anonymize", "public.census", "--qi", "age", "--sensitive", "salary", "-t", "0.3"]
-    assert p.parse_args(base).method == "refine"
-    assert p.parse_args(base + ["--method", "ak"]).method == "ak"
-    choices = next(a.choices for sub in p._subparsers._group_actions for name, sp in sub.choices.items()
-                   if name == "anonymize" for a in sp._actions if a.dest == "method")
-    assert sorted(choices) == sorted(METHODS)
-
-
 def test_unknown_options_rejected_except_pass_through(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["install", "--bogus"])

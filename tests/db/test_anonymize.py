@@ -267,20 +267,6 @@ def _normalized(rels):
     return {(s, re.sub(r"^sabre_tmp_\d+_", "sabre_tmp_N_", n), kind) for s, n, kind in rels}
 
 
-def test_default_method_is_refine_and_ak_stays_explicit(pg_conn):
-    """Both single-SA overloads run 'refine' when no method is named (sabre.runs says so, and
-    its phases are refine's, not takeOut's); method => 'ak' still runs SABRE-AK."""
-    make_census(pg_conn, rows=600)
-    call = "SELECT run_id FROM sabre.sabre_anonymize(%s, ARRAY['age','sex'], 'salary', 0.4, 4, output => %s)"
-    for source, output in (("'public.census'::regclass", "public.by_oid"), ("'public.census'", "public.by_name")):
-        run = run_row(pg_conn, scalar(pg_conn, sql.SQL(call % (source, "%s")), (output,)))
-        assert run["method"] == "refine" and "refine" in run["phases"] and "takeout" not in run["phases"]
-        assert verify(pg_conn, output, "salary", 0.4, 4)["violations"] == 0
-    ak = anonymize(pg_conn, "public.census", ["age", "sex"], "salary", 0.4, 4, "ak", "public.by_ak")
-    run = run_row(pg_conn, ak["run_id"])
-    assert run["method"] == "ak" and "takeout" in run["phases"]
-
-
 def test_rerun_replaces_output_atomically(pg_conn, pg_connect):
     hier = make_census(pg_conn)
     qis = ["age", "sex", "education", "marital"]

@@ -53,10 +53,9 @@ def test_engine_round_trip(engine, census, pg_conn):
                           "salary"]
     assert isinstance(cols["age_lo"], sa.Integer) and isinstance(cols["sex"], sa.String)
     # the run is what the catalog recorded (committed: another session sees it)
-    recorded = pg_conn.execute("SELECT rows, classes, max_emd, method FROM sabre.runs WHERE run_id = %s",
+    recorded = pg_conn.execute("SELECT rows, classes, max_emd FROM sabre.runs WHERE run_id = %s",
                                (run.run_id,)).fetchone()
-    assert recorded == (run.rows, run.n_classes, run.max_emd, "refine") and run.rows == ROWS
-    assert run.method == "refine"      # the default method
+    assert recorded == (run.rows, run.n_classes, run.max_emd) and run.rows == ROWS
 
     frame = run.to_pandas()
     assert isinstance(frame, pd.DataFrame) and list(frame.columns) == list(cols)
@@ -82,7 +81,7 @@ def test_engine_round_trip(engine, census, pg_conn):
     history = sabre_pg.runs(engine)
     assert history.loc[0, "run_id"] == run.run_id and history.loc[0, "status"] == "done"
     assert "sabre_pg.Run %d" % run.run_id in repr(run) and "census_sabre" in repr(run)
-    assert "<table>" in run._repr_html_() and "refine (t-Mondrian, searched cut)" in run._repr_html_()
+    assert "<table>" in run._repr_html_() and "SABRE-AK" in run._repr_html_()
 
 
 def test_psycopg_connection_and_dsn(pg_conn, pg_dsn, census):
@@ -136,8 +135,7 @@ def test_errors_carry_sqlstate_and_hint(engine, pg_conn, census):
 
 def test_progress_callback(pg_conn, census):
     events = []
-    sabre_pg.anonymize(pg_conn, "census", ["age", "sex"], "salary", t=0.3, k=4, method="ak",  # SABRE's phases
-                       progress=events.append)
+    sabre_pg.anonymize(pg_conn, "census", ["age", "sex"], "salary", t=0.3, k=4, progress=events.append)
     starts = [e["phase"] for e in events if e["event"] == "start"]
     assert starts[:3] == ["validate", "summary", "bucketize"] and starts[-1] == "swap"
     assert {"read", "takeout", "check"} <= set(starts)

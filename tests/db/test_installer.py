@@ -92,40 +92,6 @@ def test_upgrade_reloads_modules_in_running_backend(pg_conn, pg_connect, probe_m
     assert pg_conn.execute("SELECT probe()").fetchone()[0] == 2
 
 
-def method_defaults(conn) -> dict:
-    """{signature: the DEFAULT of its method argument} of the functions that take a method."""
-    rows = conn.execute(
-        "SELECT p.proname || '(' || oidvectortypes(p.proargtypes) || ')', pg_get_function_arguments(p.oid) "
-        "FROM pg_proc p "
-        "WHERE p.pronamespace = 'sabre'::regnamespace AND p.proargnames @> ARRAY['method'] "
-        "AND p.pronargdefaults > 0").fetchall()
-    return {sig: args.split("method text DEFAULT ", 1)[1].split("::", 1)[0] for sig, args in rows
-            if "method text DEFAULT " in args}
-
-
-def test_upgrade_moves_the_default_method_to_refine(pg_conn):
-    """An install from before 'refine' became the default (its single-SA sabre_anonymize with
-    DEFAULT 'ak') gets DEFAULT 'refine' from an upgrade; the several-SA overload and streams keep 'ak'."""
-    single = ["sabre_anonymize(regclass, text[], text, double precision, integer, text, text, jsonb)",
-              "sabre_anonymize(text, text[], text, double precision, integer, text, text, jsonb)",
-              "sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb, boolean)"]
-    try:
-        for sig in single:       # the state 0.2.0 left
-            old = pg_conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", ("sabre." + sig,)).fetchone()[0]
-            assert "DEFAULT 'refine'" in old
-            pg_conn.execute(old.replace("DEFAULT 'refine'", "DEFAULT 'ak'"))
-        assert all(method_defaults(pg_conn)[sig] == "'ak'" for sig in single)
-    finally:
-        installer.upgrade(pg_conn, "sabre")
-    defaults = method_defaults(pg_conn)
-    assert {sig: defaults[sig] for sig in single} == {sig: "'refine'" for sig in single}
-    assert defaults["sabre_anonymize(regclass, text[], text[], double precision[], integer, text, text, jsonb)"] \
-        == "'ak'"
-    assert [d for sig, d in defaults.items() if "stream" in sig] and \
-        all(d == "'ak'" for sig, d in defaults.items() if "stream" in sig)
-    assert installer.tampering(pg_conn, "sabre") == []
-
-
 def test_python_tracebacks_show_shipped_source(pg_conn, probe_modules):
     probe_modules["sabre_plpy._boom"] = "def go():\n    raise ValueError('boom from module')\n"
     installer.install(pg_conn, "sabre")

@@ -360,8 +360,7 @@ def test_row_order_within_a_class_says_nothing_about_the_source(pg_conn, keep):
     pg_conn.execute("INSERT INTO public.sorted SELECT g, g / 80, g % 40, (g * 7) % 13, 'n' "
                     "FROM generate_series(1, 20000) g ORDER BY g")
     opts = Jsonb({"keep": ["note"]} if keep else {})
-    # 'ak': the output's row order is the publish stage's, whatever the method (and 20k rows run fastest so)
-    pg_conn.execute("SELECT * FROM sabre_anonymize('public.sorted', ARRAY['age','zip'], 'salary', 0.3, 6, 'ak', "
+    pg_conn.execute("SELECT * FROM sabre_anonymize('public.sorted', ARRAY['age','zip'], 'salary', 0.3, 6, "
                     "options => %s)", (opts,)).fetchall()
     rows = pg_conn.execute(
         "WITH o AS (SELECT ec_id, salary, row_number() OVER () AS pos FROM (SELECT ec_id, salary FROM sorted_sabre "
@@ -461,7 +460,7 @@ def test_repeatable_read_readers(pg_conn, pg_connect):
     read it keeps its lock, so the rerun waits (lock_timeout).  With refresh = 'mvcc' such a
     reader keeps seeing the old rows, and views on the output survive."""
     _census(pg_conn)
-    call = ("SELECT run_id FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', %s, %s, 'ak', "
+    call = ("SELECT run_id FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', %s, %s, "
             "options => %s)")
     pg_conn.execute(call, (0.4, 4, Jsonb({}))).fetchall()
     before = pg_conn.execute("SELECT count(*), max(ec_id) FROM census_sabre").fetchone()
