@@ -3,7 +3,7 @@
 
 For each size in ``--rows`` (default 1000000,10000000) the census-like table
 ``public.bench_census_<rows>`` is generated as ``bench_db.py`` does (reused when present), then
-``--method`` (default 'ak', SABRE-AK; 'refine' is the product's default) with t = 0.35, k = 6,
+``--method`` (default 'ak', SABRE-AK, the product's default; or 'refine', 'mondrian', 'knn') with t = 0.35, k = 6,
 the 7 QIs and SA salary runs partitioned into
 the smallest power of two of parts >= rows / ``--part-rows``:
 
