@@ -167,7 +167,7 @@ def build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                   "Pass a table, view, materialized view or foreign table.")
     columns = C.columns(plpy, src["oid"])
     qis, sa = attributes(columns, quasi_identifiers, sensitive, given.get("hierarchies"))
-    opts = parse_options(given, columns, qis, default_threads(plpy))
+    opts = parse_options(given, columns, qis, default_threads(plpy) if method == "refine" else 1)
     key = find_key(plpy, src, columns, given.get("key"))
     out = output_names(plpy, src, output)
     req = Request(src, columns, tuple(qis), sa[0], key, t, k, method, opts, out, tuple(sa), ts) if several \

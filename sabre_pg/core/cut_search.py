@@ -184,10 +184,9 @@ class _DenseQIs:
         n, d = ranks.shape
         codes, self.values = np.empty((n, d), dtype=np.int32, order="F"), []
         for i in range(d):
-            v = p.columns[:, i]
             by_value = np.empty(n, dtype=np.int64)     # a column at a time: contiguous writes
             by_value[ranks[:, i]] = np.arange(n)
-            v = v[by_value]              # the values in order
+            v = p.columns[by_value, i]   # the values in order
             new = np.r_[True, v[1:] != v[:-1]]
             codes[by_value, i] = np.cumsum(new, dtype=np.int32) - 1
             self.values.append(v[new])
