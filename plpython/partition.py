@@ -3,10 +3,12 @@
 1. **split** (:func:`split`): a top-down t-Mondrian split of the source computed from
    aggregates only: one scan groups the table into cells -- a bucket of each numerical QI
    (its own values for a small integer span, else equal width) and the SA value, at most
-   ``CELL_CAP`` of them -- and the cuts are made in numpy on the cells (the largest part
-   first, its widest normalized QI cut at the bucket boundary nearest its median). A cut is
-   kept only if each side's exact EMD to the whole table is at most ``t / 2``; parts are
-   predicates over the QIs (no Python runs per row);
+   ``CELL_CAP`` of them -- and the cuts are made in numpy on the cells: the largest open part
+   is cut next, at the most balanced of all its bucket boundaries (every numerical QI) whose
+   two sides have >= k rows and an exact EMD to the whole table of at most ``t / 2`` (for the
+   first few cuts, the best of the few most balanced by the largest part once the split is
+   finished); a part no boundary can cut stays whole. Parts are predicates over the QIs (no
+   Python runs per row);
 2. **budgets**: part P is anonymized with SABRE on its own rows and distribution with
    ``t_P = (t - EMD(P, table)) * scale_P``; by the triangle inequality (the paper's argument
    for SABRE_W's DIRECT case) every class C of P then has ``EMD(C, table) <= t``.  ``scale_P``
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,6 +45,10 @@ PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
 HIST_BUCKETS = 256       # at most this many buckets per numerical QI in the split's cells
 CELL_CAP = 1 << 20       # at most this many cells (buckets x SA values): the split's memory bound
 MAX_PARTS = 4096
+EDGE_BATCH = 16          # candidate cuts per exact-EMD call of the split
+LOOKAHEAD = 4            # cuts compared by finishing the split after each (the split's first cuts)
+LOOKAHEAD_CUTS = 4       # ... for this many first cuts
+LOOKAHEAD_PARTS = 256    # ... when at most this many parts are asked (its cost is about 16 splits)
 PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}; each part is read '
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
 TAG_BYTES = 4
@@ -100,21 +106,47 @@ def split(plpy, req, summary, n: int) -> list:
     if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
         raise _changed()
     root.cells = np.arange(len(cells.n))
-    spans = [(hi - lo) or 1.0 for lo, hi in bounds]
-    leaves = [root]
+    ctx = _Split(plpy, req, summary, nums, [(hi - lo) or 1.0 for lo, hi in bounds], cells)
+    leaves = _grow(ctx, [root], n, LOOKAHEAD_CUTS if n <= LOOKAHEAD_PARTS else 0)
+    return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
+                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
+
+
+@dataclass(frozen=True)
+class _Split:
+    """What every cut of one split reads."""
+    plpy: object
+    req: object
+    summary: object
+    nums: list               # the numerical QIs (the only ones cut)
+    spans: list              # each one's span in the table (normalizes the QIs' widths)
+    cells: "_Cells"
+
+
+def _grow(ctx, leaves: list, n: int, lookahead: int = 0) -> list:
+    """The leaves after cutting the largest open one until ``n`` (or none can be cut).  For the
+    first ``lookahead`` cuts, each of the ``LOOKAHEAD`` most balanced cuts that pass is followed
+    by the plain split (no lookahead) to ``n`` leaves, and the cut whose finished split has the
+    smallest largest leaf is taken (the most balanced on ties).  As the plain split's own cut is
+    among them, the result's largest leaf is never above the plain split's."""
+    leaves = [replace(leaf) for leaf in leaves]        # ``final`` is set on these copies only
     while len(leaves) < n:
         open_ = [leaf for leaf in leaves if not leaf.final]
         if not open_:
             break
         leaf = max(open_, key=lambda x: x.rows)
-        sides = _cut(plpy, req, summary, nums, spans, cells, leaf)
-        if sides is None:
+        at = next(j for j, x in enumerate(leaves) if x is leaf)
+        options = [_sides(ctx, leaf, *cut) for cut in _cuts(ctx, leaf, LOOKAHEAD if lookahead > 0 else 1)]
+        if not options:
             leaf.final = True
             continue
-        i = leaves.index(leaf)
-        leaves[i:i + 1] = sides
-    return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
-                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
+        if len(options) > 1:
+            finished = [max(x.rows for x in _grow(ctx, leaves[:at] + sides + leaves[at + 1:], n))
+                        for sides in options]
+            options = [options[int(np.argmin(finished))]]
+        lookahead -= 1
+        leaves[at:at + 1] = options[0]
+    return leaves
 
 
 def _spans(plpy, req, nums, root) -> list:
@@ -212,37 +244,61 @@ def _coded(plpy, summary, grouped: str, cols: dict) -> dict:
     return {"code": code, **{c: T.decode_array(r[c], t, n) if n else np.zeros(0) for c, t in cols.items()}}
 
 
-def _cut(plpy, req, summary, nums, spans, cells, leaf):
-    """The leaf's cut near the median of its widest normalized QI (then the next widest), at a
-    bucket boundary, whose two sides have >= k rows and an exact EMD to the table
-    <= t * PART_SHARE; None if none.  Cells never straddle a cut, so the counts are exact."""
-    mine = leaf.cells
+def _cuts(ctx, leaf, limit: int) -> list:
+    """Up to ``limit`` cuts of the leaf (module doc, 1.) as ``(qi index, edge, below, emds)``,
+    the most balanced first: of every bucket boundary of every numerical QI whose two sides have
+    >= k rows, those with the largest smaller side (ties: the wider normalized QI) whose sides
+    both have an exact EMD to the table <= t * PART_SHARE.  Candidates are tested in that order,
+    ``EDGE_BATCH`` per exact-EMD call, until ``limit`` pass.  Cells never straddle a cut, so the
+    counts are exact."""
+    cells, mine = ctx.cells, leaf.cells
     lo, hi = cells.lo[mine].min(axis=0), cells.hi[mine].max(axis=0)
-    for width, i in sorted((((hi[i] - lo[i]) / spans[i], i) for i in range(len(nums))), reverse=True):
-        if not width > 0:
+    found = [(i, (hi[i] - lo[i]) / ctx.spans[i]) + _edges(ctx.req, cells, leaf, i) for i in range(len(ctx.nums))]
+    found = [f for f in found if f[1] > 0 and len(f[2])]
+    if not found:
+        return []
+    qi = np.concatenate([np.full(len(f[2]), f[0]) for f in found])
+    width = np.concatenate([np.full(len(f[2]), f[1]) for f in found])
+    edge, below = np.concatenate([f[2] for f in found]), np.vstack([f[3] for f in found])
+    smaller = np.minimum(below.sum(axis=1), leaf.rows - below.sum(axis=1))
+    order = np.lexsort((-width, -smaller))             # the most balanced first, then the widest QI
+    out = []
+    for start in range(0, len(order), EDGE_BATCH):
+        batch = order[start:start + EDGE_BATCH]
+        emds = _cut_emds(ctx.summary, leaf.counts, below[batch])
+        for j in np.flatnonzero(emds.max(axis=1) <= ctx.req.t * PART_SHARE)[:limit - len(out)]:
+            out.append((int(qi[batch[j]]), edge[batch[j]], below[batch[j]], emds[j]))
+        if len(out) == limit:
             break
-        b = cells.bucket[mine, i]
-        edges, inv = np.unique(b, return_inverse=True)
-        if len(edges) < 2:
-            continue
-        below = np.cumsum(np.bincount(inv, weights=cells.n[mine]))[:-1]
-        edge = edges[int(np.argmin(np.abs(below - leaf.rows / 2.0))) + 1]
-        left = b < edge
-        below_counts = np.bincount(cells.code[mine[left]], weights=cells.n[mine[left]],
-                                   minlength=len(leaf.counts)).astype(np.int64)
-        counts = np.vstack([below_counts, leaf.counts - below_counts])
-        rows = counts.sum(axis=1)
-        if rows.min() < max(req.k, 1):
-            continue
-        emds = _emds_to_table(summary, counts)
-        if emds.max() <= req.t * PART_SHARE:
-            # the smallest value of bucket ``edge`` in the whole table: every row of a lower
-            # bucket is below it, every row of this or a higher bucket is not (monotone buckets)
-            at = cells.bucket[:, i] == edge
-            cond = "%s < %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col), _float_literal(cells.lo[at, i].min()))
-            return [_Leaf(leaf.conds + [c], int(r), cs, emd=float(e), cells=ix) for c, r, cs, e, ix in
-                    zip((cond, "NOT (%s)" % cond), rows, counts, emds, (mine[left], mine[~left]))]
-    return None
+    return out
+
+
+def _edges(req, cells, leaf, i: int) -> tuple:
+    """The leaf's cuts on QI ``i``: ``(edge, below)`` with ``edge`` each bucket that starts an
+    upper side and ``below[e]`` the SA counts of the leaf's rows in lower buckets (one row per
+    cut), only cuts whose two sides have >= k rows.  One bincount over the leaf's cells."""
+    mine = leaf.cells
+    buckets, inv = np.unique(cells.bucket[mine, i], return_inverse=True)
+    m = len(leaf.counts)
+    per_bucket = np.bincount(inv * m + cells.code[mine], weights=cells.n[mine],
+                             minlength=len(buckets) * m).reshape(len(buckets), m)
+    below = np.cumsum(per_bucket, axis=0)[:-1].astype(np.int64)
+    rows = below.sum(axis=1)
+    keep = np.flatnonzero(np.minimum(rows, leaf.rows - rows) >= max(req.k, 1))
+    return buckets[1:][keep], below[keep]
+
+
+def _sides(ctx, leaf, i: int, edge, below, emds) -> list:
+    """The two leaves of the leaf's cut on numerical QI ``i`` below bucket ``edge``."""
+    cells, mine, qi = ctx.cells, leaf.cells, ctx.nums[i]
+    left = cells.bucket[mine, i] < edge
+    # the smallest value of bucket ``edge`` in the whole table: every row of a lower bucket is
+    # below it, every row of this or a higher bucket is not (buckets are monotone)
+    at = cells.bucket[:, i] == edge
+    cond = "%s < %s" % (C.numeric_expr(ctx.plpy, qi.name, qi.col), _float_literal(cells.lo[at, i].min()))
+    counts = np.vstack([below, leaf.counts - below])
+    return [_Leaf(leaf.conds + [c], int(cs.sum()), cs, emd=float(e), cells=ix) for c, cs, e, ix in
+            zip((cond, "NOT (%s)" % cond), counts, emds, (mine[left], mine[~left]))]
 
 
 def _float_literal(x: float) -> str:
@@ -261,20 +317,22 @@ def _sa_expr(plpy, req, summary, prefix: str = "s.") -> str:
     return C.numeric_expr(plpy, req.sa.name, req.sa.col, prefix)
 
 
-def _emds_to_table(summary, parts: np.ndarray) -> np.ndarray:
-    """Exact EMD (rounded up) of each row of ``parts`` (SA counts) to the whole table: the rest
-    of the table is one more class, so the EMDs are against the table's distribution."""
-    rest = np.asarray(summary.counts, dtype=np.int64) - parts.sum(axis=0)
+def _cut_emds(summary, leaf_counts: np.ndarray, below: np.ndarray) -> np.ndarray:
+    """Exact EMD (rounded up) to the whole table of both sides of each candidate cut, one row
+    per cut: ``below`` (cuts x SA codes) are the lower sides' SA counts, the upper sides are the
+    rest of the leaf.  One exact-EMD call for all cuts: each cut brings its two sides and the
+    rest of the table as classes, so the classes' union is that many copies of the table, whose
+    distribution is the table's and against which the EMDs are measured."""
+    rest = np.asarray(summary.counts, dtype=np.int64) - leaf_counts
     if rest.min() < 0:
         raise _changed()
-    groups = np.vstack([parts, rest[None, :]])
+    groups = np.stack([below, leaf_counts - below, np.broadcast_to(rest, below.shape)], axis=1)
+    groups = groups.reshape(-1, len(leaf_counts))
     ec, codes = np.nonzero(groups)
     emds = domain_class_emds(ec, codes, groups[ec, codes], summary.domain())
-    out = np.zeros(len(parts))
-    for cid, e in zip(emds.class_ids.tolist(), emds.emd.tolist()):
-        if cid < len(parts):
-            out[cid] = np.nextafter(e, np.inf)
-    return out
+    out = np.zeros(len(groups))
+    out[emds.class_ids] = np.nextafter(emds.emd, np.inf)
+    return out.reshape(len(below), 3)[:, :2]
 
 
 def _budget(t: float, emd: float, summary, counts) -> float:

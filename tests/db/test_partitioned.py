@@ -127,3 +127,25 @@ def test_publish_refuses_missing_part(pg_conn, census):
         "SELECT * FROM sabre_publish_parts('public.census', %s, 'salary', %s, %s, 'ak', 'public.census_half', "
         "%s::jsonb, ARRAY[%s])", (QIS, T, K, json.dumps(opts), part_output)), "40001", "do not hold the source's rows")
     assert scalar(pg_conn, "SELECT to_regclass('public.census_half')") is None
+
+
+def test_split_takes_off_median_cut(pg_conn):
+    """The median cut (x < 5) leaves both sides 0.35 from the table (> t/2), an off-median one
+    (x < 3) passes: the split cuts there (before, the table stayed one part)."""
+    # 10 rows per x in 0..9; SA s = 1 in half of x = 0..2's rows, in all of x = 3, 4's, else 0
+    pg_conn.execute("CREATE TABLE public.offmed AS SELECT g AS id, g / 10 AS x, CASE WHEN g / 10 < 3 "
+                    "THEN g % 2 WHEN g / 10 < 5 THEN 1 ELSE 0 END AS s FROM generate_series(0, 99) g")
+    pg_conn.execute("ALTER TABLE public.offmed ADD PRIMARY KEY (id)")
+    parts = pg_conn.execute(
+        "SELECT rows, emd, predicate FROM sabre_partitions('public.offmed', ARRAY['x'], 's', 0.32, 5, 'ak', "
+        "'public.offmed_out', '{\"partitions\": 2}'::jsonb)").fetchall()
+    assert sorted(p[0] for p in parts) == [30, 70]
+    q = scalar(pg_conn, "SELECT avg(s) FROM public.offmed")
+    for rows, emd, predicate in parts:
+        # each side's EMD to the table, independently: with two SA values, |p - q|
+        n, p = pg_conn.execute("SELECT count(*), avg(s) FROM public.offmed WHERE " + predicate).fetchone()
+        assert n == rows and abs(float(p) - float(q)) <= 0.32 / 2 and emd == pytest.approx(abs(float(p - q)))
+    lower = next(p[2] for p in parts if p[0] == 30)            # the cut is at x < 3
+    assert scalar(pg_conn, "SELECT count(*) FROM public.offmed WHERE (x < 3) = (%s)" % lower) == 100
+    assert scalar(pg_conn, "SELECT count(*) FROM public.offmed WHERE (%s) <> 1" % " + ".join(
+        "(%s)::int" % p[2] for p in parts)) == 0
