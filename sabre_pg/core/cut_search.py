@@ -52,6 +52,7 @@ QUANTILES = (0.5, 0.45, 0.55, 0.4, 0.6, 0.33, 0.67, 0.25, 0.75)
 DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most this
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
 FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
+GROUP_CELLS = 1 << 22      # (group, SA code) cells counted at once by a check's bincount
 # search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
 # sample: rows scoring a larger partition's cuts, 0 all[, stratify_first: the stratified cut
 # is a candidate in a partition's first search too, not only in its retry; default True])
@@ -60,7 +61,7 @@ SEARCH = {"fast": (2, 16, 256, 8192, False), "thorough": (None, 64, 0, 0, True)}
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
                search: str = "fast", stratify_first: bool | None = None,
-               max_rounds: int | None = None) -> np.ndarray:
+               max_rounds: int | None = None, pmap=map) -> np.ndarray:
     """Cut the partitions of ``part`` (ids 0..P-1; each t-close and k-anonymous) while a
     candidate cut is t-close; returns the class id (0..C-1) of every row.
 
@@ -75,7 +76,10 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     w = 0.2: AIL 0.310 against 0.318; census-like data: up to 7 points worse, 3-6x slower).
 
     ``max_rounds``: stop after that many rounds (the partitions returned may be cut further
-    by a later search, e.g. in threads)."""
+    by a later search, e.g. in threads).
+
+    ``pmap``: the ``map`` that runs the per-QI work of a round (e.g. a thread pool's: the
+    QIs' orders, candidates, checks and regroupings are independent)."""
     if search not in SEARCH:
         raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
     setting = SEARCH[search] if stratify_first is None else SEARCH[search][:4] + (stratify_first,)
@@ -83,27 +87,31 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)
     wide = np.zeros(n_parts, dtype=bool)     # searched on every QI (its widest ones failed)
-    ranks = p.ranks_of(None)
-    orders = []                  # per QI, the rows not yet final in (partition, value) order
-    for j in range(p.columns.shape[1]):
+    ranks = p.ranks_of(None, pmap)
+    _DenseQIs.of(p, pmap)
+
+    def order(j):                # the rows in (partition, value of QI j) order
         by_value = np.empty(len(part), dtype=np.int64)
         by_value[ranks[:, j]] = np.arange(len(part))
-        orders.append(by_value[stable_argsort(part[by_value])])
+        return by_value[stable_argsort(part[by_value])]
+
+    orders = list(pmap(order, range(p.columns.shape[1])))   # the rows not yet final
     rounds = 0
     while not final.all() and (max_rounds is None or rounds < max_rounds):
         part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
-                                                           emd_weight, setting)
+                                                           emd_weight, setting, pmap)
         rounds += 1
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
+def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pmap=map):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
     ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j);
     ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs only or
     without the stratified cut, and refused, is searched again in the next round on every
-    QI with the stratified cut (``wide``); refused then, it is final."""
+    QI with the stratified cut (``wide``); refused then, it is final.  ``pmap`` runs the
+    per-QI work."""
     sizes = counts = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
@@ -118,18 +126,22 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
     searched |= every & wide[:, None]
     stratified = wide | (setting[4] if len(setting) > 4 else True)
     narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
-    sorted_parts = []
-    for j, o in enumerate(orders):
+
+    def sorted_by(j):           # the partitions searched on QI j, and their candidate cuts
         sel = searched[owner, j]
-        if sel.any():
-            rows, own = (o, owner) if sel.all() else (o[sel], owner[sel])
-            sorted_parts.append(_SortedPartitions(p, rows, own, j, np.where(searched[:, j], sizes, 0),
-                                                  setting[1], setting[3], stratified))
-    if not sorted_parts:                  # no partition has a QI to cut along
+        if not sel.any():
+            return None
+        rows, own = (orders[j], owner) if sel.all() else (orders[j][sel], owner[sel])
+        s = _SortedPartitions(p, rows, own, j, np.where(searched[:, j], sizes, 0),
+                              setting[1], setting[3], stratified)
+        return s, s.candidates(p)
+
+    found = [f for f in pmap(sorted_by, range(len(orders))) if f is not None]
+    if not found:                  # no partition has a QI to cut along
         return part, n_parts, final | live, wide, orders
-    cands = [s.candidates(p) for s in sorted_parts]
-    cand = {key: np.concatenate([c[key] for c in cands]) for key in cands[0]}
-    chosen = _check_best_first(p, sorted_parts, cand, n_parts, emd_weight)
+    sorted_parts = [s for s, _ in found]
+    cand = {key: np.concatenate([c[key] for _, c in found]) for key in found[0][1]}
+    chosen = _check_best_first(p, sorted_parts, cand, n_parts, emd_weight, pmap)
     has = chosen >= 0
     wide = live & ~has & narrow
     final = final | (live & ~has & ~narrow)
@@ -141,16 +153,42 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting):
         if mine.any():
             r, side = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
             right[r] = side
-    # ids: an uncut partition q keeps q, a cut one's parts get n_parts + 2q (+1), then renumbered
-    present = np.r_[~has & (counts > 0), np.repeat(has, 2)]
-    used = np.flatnonzero(present)
-    renumber = np.cumsum(present) - 1
-    final = np.concatenate((final, np.zeros(2 * n_parts, dtype=bool)))[used]
-    wide = np.concatenate((wide, np.zeros(2 * n_parts, dtype=bool)))[used]
-    new_id = renumber[np.where(has, n_parts + 2 * np.arange(n_parts), np.arange(n_parts))]
+    # ids in partition order: q's slots are 3q (q uncut), 3q + 1 and 3q + 2 (its parts), so
+    # the orders stay grouped by partition id and a cut only splits its partition's segment
+    slots = np.zeros((n_parts, 3), dtype=bool)
+    slots[:, 0], slots[:, 1], slots[:, 2] = ~has & (counts > 0), has, has
+    used = np.flatnonzero(slots.ravel())
+    renumber = np.cumsum(slots.ravel()) - 1
+    slots[:] = False
+    slots[:, 0] = final
+    final = slots.ravel()[used]
+    slots[:, 0] = wide
+    wide = slots.ravel()[used]
+    new_id = renumber[3 * np.arange(n_parts) + has]
     part = new_id[part] + (has[part] & (right > 0))
-    orders = [o[stable_argsort(new_id[owner] + right[o])] for o in orders]   # stable: value order kept
-    return part, len(used), final, wide, orders
+    return part, len(used), final, wide, _split_segments(orders, owner, right, pmap)
+
+
+def _split_segments(orders, owner, right, pmap=map) -> list:
+    """Every order (rows grouped by partition ``owner``) with each partition's rows split
+    stably, those with ``right[row] == 0`` first: value order is kept inside both parts, in
+    linear time (no sort).  The j-th left row of the order goes to j plus the right rows of
+    the partitions before its own; the j-th right row to j plus the left rows up to its own."""
+    start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    segment = np.repeat(np.arange(len(start)), np.diff(np.r_[start, len(owner)]))
+
+    def split(o):
+        r = right[o].view(bool)
+        n_right = np.add.reduceat(r, start, dtype=np.int64) if len(start) else np.zeros(0, np.int64)
+        n_left = np.diff(np.r_[start, len(owner)]) - n_right
+        out = np.empty_like(o)
+        at = np.flatnonzero(~r)
+        out[np.arange(len(at)) + (np.cumsum(n_right) - n_right)[segment[at]]] = o[at]
+        at = np.flatnonzero(r)
+        out[np.arange(len(at)) + np.cumsum(n_left)[segment[at]]] = o[at]
+        return out
+
+    return list(pmap(split, orders))
 
 
 def _widest(p, orders, sizes, count, small):
@@ -179,24 +217,27 @@ class _DenseQIs:
 
     _made: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-    def __init__(self, p):
-        ranks = p.ranks_of(None)
+    def __init__(self, p, pmap=map):
+        ranks = p.ranks_of(None, pmap)
         n, d = ranks.shape
-        codes, self.values = np.empty((n, d), dtype=np.int32, order="F"), []
-        for i in range(d):
-            by_value = np.empty(n, dtype=np.int64)     # a column at a time: contiguous writes
+        codes = np.empty((n, d), dtype=np.int32, order="F")
+
+        def column(i):          # a column at a time: contiguous writes
+            by_value = np.empty(n, dtype=np.int64)
             by_value[ranks[:, i]] = np.arange(n)
             v = p.columns[by_value, i]   # the values in order
             new = np.r_[True, v[1:] != v[:-1]]
             codes[by_value, i] = np.cumsum(new, dtype=np.int32) - 1
-            self.values.append(v[new])
+            return v[new]
+
+        self.values = list(pmap(column, range(d)))
         most = max(len(v) for v in self.values)
         self.block = np.ascontiguousarray(codes.astype(np.int16) if most <= np.iinfo(np.int16).max else codes)
 
     @classmethod
-    def of(cls, p) -> "_DenseQIs":
+    def of(cls, p, pmap=map) -> "_DenseQIs":
         if p not in cls._made:
-            cls._made[p] = cls(p)
+            cls._made[p] = cls(p, pmap)
         return cls._made[p]
 
 
@@ -375,14 +416,15 @@ class _SortedPartitions:
 
     def row_groups(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
-        seg = self.starts[cand["owner"][mine]]
         size = self.sizes[cand["owner"][mine]]
-        idx = _segment_indices(seg, size)
-        c = np.repeat(mine, size)
-        right = idx - np.repeat(seg, size) >= cand["pos"][c]
-        s = cand["strat"][c]
+        c = np.repeat(np.arange(len(mine)), size)      # the candidate (of mine) of every row visited
+        at = np.arange(len(c)) - (np.cumsum(size) - size)[c]     # its position in its partition
+        idx = self.starts[cand["owner"][mine]][c] + at
+        right = at >= cand["pos"][mine][c]
+        s = cand["strat"][mine][c]
         right[s] = ~self.strat_left[idx[s]]
-        return _grouped(2 * c + right, p.codes[self.rows[idx]], p.domain.m)
+        group, code, count = _grouped(2 * c + right, p.codes[self.rows[idx]], p.domain.m)
+        return 2 * mine[group >> 1] + (group & 1), code, count
 
     def histograms(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from running code
@@ -419,7 +461,7 @@ class _SortedPartitions:
         return self.rows[idx], right.astype(np.int64)
 
 
-def _check_best_first(p, orders, cand, n_parts, emd_weight) -> np.ndarray:
+def _check_best_first(p, orders, cand, n_parts, emd_weight, pmap=map) -> np.ndarray:
     """Per partition, the index of its best-scored candidate that passes the exact check, or
     -1.  Candidates are checked in batches of growing size, best first."""
     order = np.lexsort((cand["score"], cand["owner"]))
@@ -436,10 +478,10 @@ def _check_best_first(p, orders, cand, n_parts, emd_weight) -> np.ndarray:
             break
         copies = int(np.bincount(cand["owner"][pick]).max())
         if emd_weight:
-            ok, emd = _check(p, orders, cand, pick, copies, True)
+            ok, emd = _check(p, orders, cand, pick, copies, True, pmap)
             score = cand["score"][pick] * (1 + emd_weight * emd / p.t)
         else:
-            ok = _check(p, orders, cand, pick, copies)
+            ok = _check(p, orders, cand, pick, copies, pmap=pmap)
             score = cand["score"][pick]
         good, score = pick[ok], score[ok]
         # the best passing candidate of each partition
@@ -453,20 +495,22 @@ def _check_best_first(p, orders, cand, n_parts, emd_weight) -> np.ndarray:
     return chosen
 
 
-def _check(p, orders, cand, pick, copies, with_emd=False) -> np.ndarray:
+def _check(p, orders, cand, pick, copies, with_emd=False, pmap=map) -> np.ndarray:
     """Exact check of the candidates ``pick`` (at most ``copies`` per partition): both parts
     k-anonymous and t-close.  Each part's SA histogram comes from the rows (cost: the rows of
     every candidate) or, when that is cheaper, from running code counts along the QI's order
     (cost: m per candidate, plus n m to make the counts)."""
     m = p.domain.m
-    parts = []
-    for order in orders:
+
+    def groups(order):
         mine = pick[cand["dim"][pick] == order.j]
         if not len(mine):
-            continue
+            return None
         size = order.sizes[cand["owner"][mine]]
         dense = len(order.rows) * m <= DENSE_LIMIT and (len(order.rows) + 2 * len(mine)) * m < DENSE_GAIN * size.sum()
-        parts.append(order.histograms(p, mine, cand) if dense else order.row_groups(p, mine, cand))
+        return order.histograms(p, mine, cand) if dense else order.row_groups(p, mine, cand)
+
+    parts = [g for g in pmap(groups, orders) if g is not None]
     ec, codes, counts = (np.concatenate([x[i] for x in parts]) for i in range(3))
     return t_close_groups(p, ec, codes, counts, copies, pick, with_emd)
 
@@ -504,13 +548,17 @@ def _segment_indices(starts, sizes) -> np.ndarray:
 
 
 def _grouped(labels, codes, m):
-    """(group, code, count) of rows labelled by group, sorted by (group, code)."""
-    key = labels * m + codes
-    size = (int(labels.max()) + 1) * m
-    if size <= max(4 * len(key), 1 << 20):          # counting beats sorting
-        hist = np.bincount(key, minlength=size)
+    """(group, code, count) of rows labelled by group (``labels`` non-decreasing), sorted by
+    (group, code): counted without a sort, by bincounts over at most :data:`GROUP_CELLS`
+    (group, code) cells at a time."""
+    n_groups = int(labels[-1]) + 1 if len(labels) else 0
+    per = max(GROUP_CELLS // m, 1)
+    found = []
+    for first in range(0, n_groups, per):
+        a, b = np.searchsorted(labels, (first, first + per))
+        hist = np.bincount((labels[a:b] - first) * m + codes[a:b], minlength=min(per, n_groups - first) * m)
         key = np.flatnonzero(hist)
-        counts = hist[key]
-    else:
-        key, counts = np.unique(key, return_counts=True)
-    return key // m, key % m, counts.astype(np.int64)
+        found.append((key // m + first, key % m, hist[key].astype(np.int64)))
+    if len(found) == 1:
+        return found[0]
+    return tuple(np.concatenate([f[i] for f in found]) if found else np.zeros(0, np.int64) for i in range(3))

@@ -87,15 +87,20 @@ class Partitioner:
         broken by ``ties`` (else by row): one sort per QI, made on first use."""
         return self.ranks_of(None)[rows, dim]
 
-    def ranks_of(self, j):
-        """Every row's position in the order of QI j (all QIs: j None); see :meth:`rank`."""
+    def ranks_of(self, j, pmap=map):
+        """Every row's position in the order of QI j (all QIs: j None); see :meth:`rank`.
+        ``pmap``: the ``map`` that sorts the QIs (e.g. a thread pool's)."""
         if self.ranks is None:
             n, d = self.columns.shape
-            self.ranks = np.empty((n, d), dtype=np.int64, order="F")
-            for i in range(d):
+            ranks = np.empty((n, d), dtype=np.int64, order="F")
+
+            def sort(i):
                 order = np.argsort(self.columns[:, i], kind="stable") if self.ties is None else \
                     np.lexsort((self.ties, self.columns[:, i]))
-                self.ranks[order, i] = np.arange(n)
+                ranks[order, i] = np.arange(n)
+
+            list(pmap(sort, range(d)))
+            self.ranks = ranks
         return self.ranks if j is None else self.ranks[:, j]
 
     def span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

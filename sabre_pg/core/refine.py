@@ -99,14 +99,15 @@ def search_threads(p: Partitioner, part: np.ndarray, threads: int, rescue: bool,
 
     if threads <= 1 or len(part) < THREAD_ROWS:
         return run(p, part)
-    part = cut_search(p, part, max_rounds=int(np.ceil(np.log2(THREAD_PARTS * threads))), **search)
-    sizes = np.bincount(part)
-    load, share = np.zeros(threads, dtype=np.int64), np.empty(len(sizes), dtype=np.int64)
-    for q in np.argsort(-sizes, kind="stable"):
-        share[q] = np.argmin(load)
-        load[share[q]] += sizes[q]
-    groups = [np.flatnonzero(share[part] == g) for g in range(threads) if load[g]]
-    with ThreadPoolExecutor(len(groups), initializer=_signals_to_caller) as pool:
+    with ThreadPoolExecutor(threads, initializer=_signals_to_caller) as pool:
+        part = cut_search(p, part, max_rounds=int(np.ceil(np.log2(THREAD_PARTS * threads))),
+                          pmap=pool.map, **search)
+        sizes = np.bincount(part)
+        load, share = np.zeros(threads, dtype=np.int64), np.empty(len(sizes), dtype=np.int64)
+        for q in np.argsort(-sizes, kind="stable"):
+            share[q] = np.argmin(load)
+            load[share[q]] += sizes[q]
+        groups = [np.flatnonzero(share[part] == g) for g in range(threads) if load[g]]
         found = list(pool.map(lambda rows: run(p.subset(rows), part[rows]), groups))
     ec, offset = np.empty(len(part), dtype=np.int64), 0
     for rows, f in zip(groups, found):

@@ -47,6 +47,21 @@ def test_shared_rows_are_checked_against_the_table():
         assert emd[c] == max(e.emd[0], e.emd[1])
 
 
+@pytest.mark.parametrize("cells", [1, 7, 1 << 22])
+def test_grouped_counts_every_group_and_code(cells, monkeypatch):
+    """The check's (group, code, count) rows, counted by bincounts over a few (group, code)
+    cells at a time, are those of a sort."""
+    import sabre_pg.core.cut_search as CS
+    rng = np.random.default_rng(5)
+    labels = np.sort(rng.integers(0, 40, 500))
+    codes = rng.integers(0, 6, 500)
+    monkeypatch.setattr(CS, "GROUP_CELLS", cells)
+    group, code, count = CS._grouped(labels, codes, 6)
+    key, want = np.unique(labels * 6 + codes, return_counts=True)
+    assert np.array_equal(group, key // 6) and np.array_equal(code, key % 6) and np.array_equal(count, want)
+    assert all(len(x) == 0 for x in CS._grouped(labels[:0], codes[:0], 6))
+
+
 @pytest.mark.parametrize("dense", [0, 1 << 30])
 def test_row_and_running_count_checks_agree(dense, monkeypatch):
     """The exact check from gathered rows and from running SA counts gives the same classes."""
@@ -225,6 +240,24 @@ def test_threads_give_the_classes_of_one(flat, monkeypatch):
         subsets.clear()
     exact = X.domain_class_emds(one, codes, np.ones(len(codes), dtype=np.int64), dom)
     assert exact.violations(0.25, 5) == 0 and exact.classes > 50
+
+
+def test_a_round_shares_its_qis_between_threads(monkeypatch):
+    """The cut search given a thread pool's map (the whole table's first rounds with
+    threads) runs each QI's candidates in a worker thread; the classes are those of map."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(3_000, seed=6)
+    part = np.zeros(len(codes), dtype=np.int64)
+    one = CS.cut_search(Partitioner(qis, codes, dom, 0.3, 5), part)
+    seen = []
+    monkeypatch.setattr(CS._SortedPartitions, "candidates", lambda self, p, f=CS._SortedPartitions.candidates:
+                        seen.append(threading.current_thread() is threading.main_thread()) or f(self, p))
+    with ThreadPoolExecutor(2) as pool:
+        assert np.array_equal(CS.cut_search(Partitioner(qis, codes, dom, 0.3, 5), part, pmap=pool.map), one)
+    assert seen and not any(seen)
 
 
 def test_worker_threads_leave_signals_to_the_caller():
