@@ -51,7 +51,7 @@ __all__ = ["cut_search", "QUANTILES", "SEARCH"]
 QUANTILES = (0.5, 0.45, 0.55, 0.4, 0.6, 0.33, 0.67, 0.25, 0.75)
 DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most this
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
-FIRST_BATCH = 2            # candidates per partition in the first exact check of a round
+FIRST_BATCH = 1            # candidates per partition in the first exact check of a round
 GROUP_CELLS = 1 << 22      # (group, SA code) cells counted at once by a check's bincount
 # search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
 # sample: rows scoring a larger partition's cuts, 0 all[, stratify_first: the stratified cut
@@ -261,6 +261,7 @@ class _SortedPartitions:
         self._running = None
         self._leaves = None      # categorical QI: leaf per row, partitions' lowest leaves...
         self._change_at = None   # see _changes
+        self._column = None      # the rows' values of QI j (_changes, _snap)
 
     def candidates(self, p) -> dict:
         """Candidate cuts of every partition on this QI (arrays: owner, dim, pos, strat,
@@ -268,16 +269,17 @@ class _SortedPartitions:
         k = p.k
         q = np.flatnonzero(self.sizes >= 2 * k)
         size = self.sizes[q]
-        positions = [np.clip(np.rint(f * size).astype(np.int64), k, size - k) for f in QUANTILES]
+        # one row per quantile (then per grid fraction), one column per partition
+        positions = _clipped(np.rint(np.r_[QUANTILES, np.arange(1, self.grid) / self.grid][:, None]
+                                     * size).astype(np.int64), k, size - k)
+        n_fixed = len(QUANTILES)
         qi = p.qis[self.j]
         if not qi.numerical and qi.hierarchy.n_leaves > 1:
-            positions += [self._snap(p, q, pos) for pos in positions]
-        positions += [np.clip(np.rint(f * size).astype(np.int64), k, size - k)
-                      for f in np.arange(1, self.grid) / self.grid]
-        n_fixed = len(positions) - self.grid + 1
+            positions = np.vstack((positions[:n_fixed], self._snap(p, q, positions[:n_fixed]), positions[n_fixed:]))
+            n_fixed *= 2
         changes = self._changes(p)
-        owners = np.concatenate([q] * len(positions) + [self.owner[changes]])
-        at = np.concatenate(positions + [changes - self.starts[self.owner[changes]]])
+        owners = np.concatenate((np.broadcast_to(q, positions.shape).ravel(), self.owner[changes]))
+        at = np.concatenate((positions.ravel(), changes - self.starts[self.owner[changes]]))
         # the distinct (owner, pos), sorted; fixed if any copy is (bit 0 clear sorts first)
         key = np.sort(2 * (owners * (len(self.rows) + 1) + at) + (np.arange(len(at)) >= n_fixed * len(q)))
         key = key[np.r_[True, key[1:] >> 1 != key[:-1] >> 1]]
@@ -292,12 +294,18 @@ class _SortedPartitions:
                 "strat": np.concatenate((np.zeros(len(owners), bool), np.ones(len(s_owner), bool))),
                 "score": np.concatenate((scores, s_score))}
 
+    def column(self, p) -> np.ndarray:
+        """The value of QI j of every row (in this order), gathered once."""
+        if self._column is None:
+            self._column = p.columns[self.rows, self.j]
+        return self._column
+
     def _changes(self, p):
         """Indices (into the rows) where the value of QI j changes inside a partition, at
         least k rows from both ends; at most about ``4 grid`` per partition (evenly thinned):
         a cut between two values narrows the QI, a cut through a run of one value does not."""
         if self._change_at is None:
-            v = p.columns[self.rows, self.j]
+            v = self.column(p)
             c = np.flatnonzero((v[1:] != v[:-1]) & (self.owner[1:] == self.owner[:-1])) + 1
             pos = c - self.starts[self.owner[c]]
             c = c[(pos >= p.k) & (pos <= self.sizes[self.owner[c]] - p.k)]
@@ -400,11 +408,12 @@ class _SortedPartitions:
         return dest, np.minimum(bounds, len(left) - 1), q
 
     def _snap(self, p, q, pos):
-        """``pos`` moved to the boundary between children of the partition's lowest common
-        ancestor that holds the row at ``pos`` (a categorical QI with a hierarchy)."""
+        """``pos`` (one column per partition of ``q``) moved to the boundary between children
+        of the partition's lowest common ancestor that holds the row at ``pos`` (a
+        categorical QI with a hierarchy)."""
         h = p.qis[self.j].hierarchy
         if self._leaves is None:
-            v = p.columns[self.rows, self.j].astype(np.int64)
+            v = self.column(p).astype(np.int64)
             lo, hi = v[self.starts[q]], v[self.starts[q] + self.sizes[q] - 1]
             width = h.n_leaves + 1
             self._leaves = (v, lo, np.maximum(h.lca_level(lo, hi) - 1, 0), self.owner * width + v)
@@ -412,7 +421,7 @@ class _SortedPartitions:
         child = h.anc[v[self.starts[q] + pos], below]
         bound = np.where(h.lo[child] > lo, h.lo[child], h.hi[child])
         idx = np.searchsorted(keys, q * (h.n_leaves + 1) + bound)
-        return np.clip(idx - self.starts[q], p.k, self.sizes[q] - p.k)
+        return _clipped(idx - self.starts[q], p.k, self.sizes[q] - p.k)
 
     def row_groups(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
@@ -530,6 +539,11 @@ def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.nda
         e[exact.class_ids[keep]] = exact.emd[keep]
         return good[2 * pick] & good[2 * pick + 1], np.maximum(e[2 * pick], e[2 * pick + 1])
     return good[2 * pick] & good[2 * pick + 1]
+
+
+def _clipped(a, lo, hi) -> np.ndarray:
+    """``np.clip(a, lo, hi)`` for integers, without its per-call overhead."""
+    return np.minimum(np.maximum(a, lo), hi)
 
 
 def _segment_argmin(owners, scores) -> np.ndarray:

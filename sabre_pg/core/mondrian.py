@@ -41,8 +41,9 @@ class Partitioner:
         self.qis = qis
         self.codes = np.asarray(sa_codes, dtype=np.int64)
         self.domain, self.t, self.k = domain, t, k
-        self.columns = np.asfortranarray(np.column_stack([np.asarray(qi.values, dtype=np.float64)
-                                                          for qi in qis]))     # gathers by column
+        self.columns = np.empty((len(self.codes), len(qis)), order="F")     # gathers by column
+        for i, qi in enumerate(qis):
+            self.columns[:, i] = qi.values
         self.table_counts = np.bincount(self.codes, minlength=domain.m)
         lo, hi = self.columns.min(axis=0), self.columns.max(axis=0)
         self.scale = np.where(hi > lo, hi - lo, 1.0)

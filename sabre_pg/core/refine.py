@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .cut_search import cut_search
+from .generalize import stable_argsort
 from .emd import SADomain
 from .hilbert import hilbert_keys
 from .mondrian import Partitioner
@@ -85,14 +86,14 @@ def search_threads(p: Partitioner, part: np.ndarray, threads: int, rescue: bool,
     and, with ``rescue``, the stratified rescue of what it leaves: the class of every row.
 
     With ``threads`` > 1 and at least :data:`THREAD_ROWS` rows, the whole table is searched
-    for the rounds that make about :data:`THREAD_PARTS` partitions per thread; the partitions
-    are then dealt, largest first, to the thread with the fewest rows, and each thread searches
-    and rescues its own as a table of its own (:meth:`.mondrian.Partitioner.subset`: same
-    EMDs and spans).  Every decision of the search and the rescue depends on one partition's
-    rows only, so the classes are those of one thread; numpy releases the interpreter lock in
-    its loops, so the threads run on separate cores (1M census-like rows: 12.6 s in one, 9.6 s in
-    two; the first rounds run before the split).  The threads block
-    every signal: the caller's thread (a database backend's) receives them as before."""
+    for the rounds that make about :data:`THREAD_PARTS` partitions per thread, each round's
+    per-QI work shared between the threads (``pmap`` of :func:`.cut_search.cut_search`); then
+    each partition, the largest first, is taken by the next free thread, which searches and
+    rescues it as a table of its own (:meth:`.mondrian.Partitioner.subset`: same EMDs and
+    spans).  Every decision of the search and the rescue depends on one partition's rows
+    only, so the classes are those of one thread; numpy releases the interpreter lock in its
+    loops, so the threads run on separate cores.  The threads block every signal: the
+    caller's thread (a database backend's) receives them as before."""
     def run(q, part):
         found = cut_search(q, part, **search)
         return stratified_rescue(q, found) if rescue else found
@@ -102,13 +103,12 @@ def search_threads(p: Partitioner, part: np.ndarray, threads: int, rescue: bool,
     with ThreadPoolExecutor(threads, initializer=_signals_to_caller) as pool:
         part = cut_search(p, part, max_rounds=int(np.ceil(np.log2(THREAD_PARTS * threads))),
                           pmap=pool.map, **search)
+        # one task per partition, the largest first: a thread that is done takes the next
+        order = stable_argsort(part)
         sizes = np.bincount(part)
-        load, share = np.zeros(threads, dtype=np.int64), np.empty(len(sizes), dtype=np.int64)
-        for q in np.argsort(-sizes, kind="stable"):
-            share[q] = np.argmin(load)
-            load[share[q]] += sizes[q]
-        groups = [np.flatnonzero(share[part] == g) for g in range(threads) if load[g]]
-        found = list(pool.map(lambda rows: run(p.subset(rows), part[rows]), groups))
+        starts = np.cumsum(sizes) - sizes
+        groups = [order[starts[q]:starts[q] + sizes[q]] for q in np.argsort(-sizes, kind="stable")]
+        found = list(pool.map(lambda rows: run(p.subset(rows), np.zeros(len(rows), dtype=np.int64)), groups))
     ec, offset = np.empty(len(part), dtype=np.int64), 0
     for rows, f in zip(groups, found):
         ec[rows] = f + offset
@@ -190,10 +190,8 @@ def rescue_round(p: Partitioner, ec: np.ndarray, todo: np.ndarray) -> tuple[np.n
     n_left = left_counts.sum(axis=1)
     best, right = np.full(len(q), np.inf), np.zeros(len(rows), dtype=bool)
     group = owner * m + codes
-    one_key = len(q) * m * len(p.codes) < 1 << 62
     for j in range(len(p.qis)):
-        rank_j = p.ranks_of(j)[rows]
-        order = np.argsort(group * len(p.codes) + rank_j) if one_key else np.lexsort((rank_j, group))
+        order = _group_order(p, rows, group, j)
         key = group[order]
         first = np.r_[True, key[1:] != key[:-1]]
         rank = np.arange(len(key)) - np.flatnonzero(first)[np.cumsum(first) - 1]
@@ -217,6 +215,21 @@ def rescue_round(p: Partitioner, ec: np.ndarray, todo: np.ndarray) -> tuple[np.n
     present = np.bincount(new, minlength=n_classes + 2 * len(q)) > 0
     halves = np.r_[np.zeros(n_classes, dtype=bool), np.ones(2 * len(q), dtype=bool)][present]
     return (np.cumsum(present) - 1)[new], halves
+
+
+def _group_order(p: Partitioner, rows, group, j) -> np.ndarray:
+    """Indices of ``rows`` sorted by (``group``, position in the order of QI j).  Most of
+    the table: the table's order of QI j restricted to the rows, then a stable radix sort by
+    group (linear); a few rows: one sort of them."""
+    if 8 * len(rows) < len(p.codes):
+        return np.lexsort((p.ranks_of(j)[rows], group))
+    by_value = np.empty(len(p.codes), dtype=np.int64)
+    by_value[p.ranks_of(j)] = np.arange(len(p.codes))
+    position = np.full(len(p.codes), -1)
+    position[rows] = np.arange(len(rows))
+    order = position[by_value]
+    order = order[order >= 0]
+    return order[stable_argsort(group[order])]
 
 
 def _unchanged(old, new) -> np.ndarray:

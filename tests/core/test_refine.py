@@ -220,8 +220,9 @@ def _canonical(ec):
 
 @pytest.mark.parametrize("flat", [False, True])
 def test_threads_give_the_classes_of_one(flat, monkeypatch):
-    """Searched in 2 or 3 threads (each a share of the first rounds' partitions, as a table of
-    its own), the classes are exactly those of one thread, and every one is t-close."""
+    """Searched in 2 or 3 threads (each of the first rounds' partitions a table of its own,
+    taken by the next free thread), the classes are exactly those of one thread, and every
+    one is t-close."""
     import sabre_pg.core.refine as R
     from sabre_pg.core.hierarchy import Hierarchy
     from sabre_pg.synthetic import census
@@ -236,7 +237,7 @@ def test_threads_give_the_classes_of_one(flat, monkeypatch):
     for threads in (2, 3):
         many = refine(qis, codes, dom, 0.25, 5, threads=threads)
         assert np.array_equal(_canonical(many), one)
-        assert len(subsets) == threads and sum(subsets) == len(codes)
+        assert len(subsets) >= threads and sum(subsets) == len(codes)     # one per partition
         subsets.clear()
     exact = X.domain_class_emds(one, codes, np.ones(len(codes), dtype=np.int64), dom)
     assert exact.violations(0.25, 5) == 0 and exact.classes > 50
