@@ -174,13 +174,14 @@ def _split_segments(orders, owner, right, pmap=map) -> list:
     stably, those with ``right[row] == 0`` first: value order is kept inside both parts, in
     linear time (no sort).  The j-th left row of the order goes to j plus the right rows of
     the partitions before its own; the j-th right row to j plus the left rows up to its own."""
-    start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    segment = np.repeat(np.arange(len(start)), np.diff(np.r_[start, len(owner)]))
+    first = _run_firsts(owner)
+    start = np.flatnonzero(first)
+    segment = np.cumsum(first) - 1
 
     def split(o):
         r = right[o].view(bool)
         n_right = np.add.reduceat(r, start, dtype=np.int64) if len(start) else np.zeros(0, np.int64)
-        n_left = np.diff(np.r_[start, len(owner)]) - n_right
+        n_left = np.diff(start, append=len(owner)) - n_right
         out = np.empty_like(o)
         at = np.flatnonzero(~r)
         out[np.arange(len(at)) + (np.cumsum(n_right) - n_right)[segment[at]]] = o[at]
@@ -226,7 +227,7 @@ class _DenseQIs:
             by_value = np.empty(n, dtype=np.int64)
             by_value[ranks[:, i]] = np.arange(n)
             v = p.columns[by_value, i]   # the values in order
-            new = np.r_[True, v[1:] != v[:-1]]
+            new = _run_firsts(v)
             codes[by_value, i] = np.cumsum(new, dtype=np.int32) - 1
             return v[new]
 
@@ -282,7 +283,7 @@ class _SortedPartitions:
         at = np.concatenate((positions.ravel(), changes - self.starts[self.owner[changes]]))
         # the distinct (owner, pos), sorted; fixed if any copy is (bit 0 clear sorts first)
         key = np.sort(2 * (owners * (len(self.rows) + 1) + at) + (np.arange(len(at)) >= n_fixed * len(q)))
-        key = key[np.r_[True, key[1:] >> 1 != key[:-1] >> 1]]
+        key = key[_run_firsts(key >> 1)]
         fixed, key = (key & 1) == 0, key >> 1
         owners, pos = key // (len(self.rows) + 1), key % (len(self.rows) + 1)
         scores, s_owner, s_score = self._scores(p, q, owners, pos)
@@ -384,8 +385,8 @@ class _SortedPartitions:
         keep = np.zeros(len(self.rows), dtype=bool)
         keep[_segment_indices(self.starts[small], self.sizes[small])] = True
         count = -(-self.sizes[big] // stride[big])       # every r-th row: ceil(size / r) of them
-        keep[np.repeat(self.starts[big], count) + _segment_indices(np.zeros(len(big), np.int64), count)
-             * np.repeat(stride[big], count)] = True
+        ids = _segment_ids(count)
+        keep[self.starts[big][ids] + _segment_indices(np.zeros(len(big), np.int64), count) * stride[big][ids]] = True
         keep[cuts] = True
         keep[(self.starts + self.sizes - 1)[self.sizes > 0]] = True
         return np.flatnonzero(keep)
@@ -426,7 +427,7 @@ class _SortedPartitions:
     def row_groups(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
         size = self.sizes[cand["owner"][mine]]
-        c = np.repeat(np.arange(len(mine)), size)      # the candidate (of mine) of every row visited
+        c = _segment_ids(size)      # the candidate (of mine) of every row visited
         at = np.arange(len(c)) - (np.cumsum(size) - size)[c]     # its position in its partition
         idx = self.starts[cand["owner"][mine]][c] + at
         right = at >= cand["pos"][mine][c]
@@ -475,7 +476,7 @@ def _check_best_first(p, orders, cand, n_parts, emd_weight, pmap=map) -> np.ndar
     -1.  Candidates are checked in batches of growing size, best first."""
     order = np.lexsort((cand["score"], cand["owner"]))
     owner = cand["owner"][order]
-    first = np.r_[True, owner[1:] != owner[:-1]]
+    first = _run_firsts(owner)
     start = np.flatnonzero(first)
     rank = np.arange(len(owner)) - start[np.cumsum(first) - 1]
     chosen = np.full(n_parts, -1, dtype=np.int64)
@@ -497,7 +498,7 @@ def _check_best_first(p, orders, cand, n_parts, emd_weight, pmap=map) -> np.ndar
         if len(good):
             g = good[np.lexsort((score, cand["owner"][good]))]
             g_owner = cand["owner"][g]
-            firsts = g[np.r_[True, g_owner[1:] != g_owner[:-1]]]
+            firsts = g[_run_firsts(g_owner)]
             chosen[cand["owner"][firsts]] = firsts
             done[cand["owner"][firsts]] = True
         lo, width = lo + width, 2 * width
@@ -549,16 +550,35 @@ def _clipped(a, lo, hi) -> np.ndarray:
 def _segment_argmin(owners, scores) -> np.ndarray:
     """Index of the least score of every run of equal ``owners`` (sorted), the first on ties:
     ``lexsort((index, scores, owners))``'s first per owner, without the sort."""
-    start = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
-    least = np.repeat(np.minimum.reduceat(scores, start), np.diff(np.r_[start, len(owners)]))
+    first = _run_firsts(owners)
+    least = np.minimum.reduceat(scores, np.flatnonzero(first))[np.cumsum(first) - 1]
     at = np.flatnonzero(scores == least)
-    return at[np.r_[True, owners[at][1:] != owners[at][:-1]]]
+    return at[_run_firsts(owners[at])]
 
 
 def _segment_indices(starts, sizes) -> np.ndarray:
     """The indices starts[i] .. starts[i] + sizes[i] - 1 of every segment, concatenated."""
     sizes = np.asarray(sizes, dtype=np.int64)
-    return np.repeat(np.asarray(starts, np.int64) - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
+    return (np.asarray(starts, np.int64) - np.cumsum(sizes) + sizes)[_segment_ids(sizes)] + np.arange(sizes.sum())
+
+
+def _segment_ids(sizes) -> np.ndarray:
+    """``np.repeat(np.arange(len(sizes)), sizes)`` by a running sum (np.repeat keeps the
+    interpreter lock, which the threads share)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    steps = np.zeros(int(sizes.sum()), dtype=np.int64)
+    nonempty = np.flatnonzero(sizes)
+    steps[(np.cumsum(sizes) - sizes)[nonempty]] = np.diff(nonempty, prepend=0)
+    return np.cumsum(steps)
+
+
+def _run_firsts(a) -> np.ndarray:
+    """Whether each element of ``a`` starts a run of equal ones (``np.r_[True, a[1:] !=
+    a[:-1]]`` for a non-empty ``a``, without np.r_'s overhead)."""
+    first = np.empty(len(a), dtype=bool)
+    first[:1] = True
+    np.not_equal(a[1:], a[:-1], out=first[1:])
+    return first
 
 
 def _grouped(labels, codes, m):

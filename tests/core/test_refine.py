@@ -272,3 +272,18 @@ def test_worker_threads_leave_signals_to_the_caller():
     worker.join()
     assert set(seen[0]) >= {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_segment_helpers_match_numpy():
+    """The lock-free replacements of np.repeat and np.r_ in the search give numpy's arrays,
+    empty segments included."""
+    from sabre_pg.core.cut_search import _run_firsts, _segment_ids, _segment_indices
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        sizes = rng.integers(0, 4, rng.integers(0, 8))
+        starts = rng.integers(0, 50, len(sizes))
+        assert np.array_equal(_segment_ids(sizes), np.repeat(np.arange(len(sizes)), sizes))
+        assert np.array_equal(_segment_indices(starts, sizes),
+                              np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum()))
+        a = rng.integers(0, 3, rng.integers(1, 10))
+        assert np.array_equal(_run_firsts(a), np.r_[True, a[1:] != a[:-1]])
