@@ -53,18 +53,38 @@ class Partitioner:
         self.other_sas = []     # (codes, domain, t, table counts) of further SAs (add_sa)
         self._by_row = None
 
-    def subset(self, rows: np.ndarray) -> "Partitioner":
+    def subsets(self, groups: list) -> list:
+        """:meth:`subset` of each of ``groups`` (disjoint sets of rows, each increasing), the
+        ranks of all restricted in one pass per QI (one :meth:`subset` each would pass over
+        the whole table per group)."""
+        if self.ranks is None:
+            return [self.subset(rows) for rows in groups]
+        group = np.zeros(len(self.codes), dtype=np.int64)       # 0: in no group
+        for g, rows in enumerate(groups):
+            group[rows] = g + 1
+        sizes = np.bincount(group, minlength=len(groups) + 1)
+        starts = np.cumsum(sizes) - sizes
+        ranks = np.empty_like(self.ranks)
+        for j in range(self.ranks.shape[1]):
+            by_value = np.empty(len(group), dtype=np.int64)
+            by_value[self.ranks[:, j]] = np.arange(len(group))
+            by_value = by_value[stable_argsort(group[by_value])]     # by group, then value
+            ranks[by_value, j] = np.arange(len(group)) - starts[group[by_value]]
+        return [self.subset(rows, ranks[rows]) for rows in groups]
+
+    def subset(self, rows: np.ndarray, ranks: np.ndarray | None = None) -> "Partitioner":
         """The rows ``rows`` (increasing) as a Partitioner of their own that measures as this
         one: EMDs against this table's SA distribution, spans over this table's ranges, ties
         in the same order.  A set of partitions searched apart (:func:`.refine.refine`'s
-        threads) is then cut exactly as in the whole table."""
+        threads) is then cut exactly as in the whole table.  ``ranks``: the rows' ranks
+        among themselves per QI, when known (:meth:`subsets`)."""
         sub = copy.copy(self)
         sub.qis = [dataclasses.replace(qi, values=np.asarray(qi.values)[rows]) for qi in self.qis]
         sub.codes = self.codes[rows]
         sub.columns = np.asfortranarray(self.columns[rows])
         sub.ties = None if self.ties is None else self.ties[rows]
-        sub.ranks = sub._by_row = None
-        if self.ranks is not None:      # the same orders restricted to the rows: no sort
+        sub.ranks, sub._by_row = (None if ranks is None else np.asfortranarray(ranks)), None
+        if self.ranks is not None and ranks is None:      # the same orders restricted to the rows: no sort
             sub.ranks = np.empty((len(rows), self.ranks.shape[1]), dtype=np.int64, order="F")
             for j in range(self.ranks.shape[1]):
                 r = self.ranks[rows, j]

@@ -108,7 +108,7 @@ def search_threads(p: Partitioner, part: np.ndarray, threads: int, rescue: bool,
         sizes = np.bincount(part)
         starts = np.cumsum(sizes) - sizes
         groups = [order[starts[q]:starts[q] + sizes[q]] for q in np.argsort(-sizes, kind="stable")]
-        found = list(pool.map(lambda rows: run(p.subset(rows), np.zeros(len(rows), dtype=np.int64)), groups))
+        found = list(pool.map(lambda q: run(q, np.zeros(len(q.codes), dtype=np.int64)), p.subsets(groups)))
     ec, offset = np.empty(len(part), dtype=np.int64), 0
     for rows, f in zip(groups, found):
         ec[rows] = f + offset

@@ -231,7 +231,7 @@ def test_threads_give_the_classes_of_one(flat, monkeypatch):
         dom = SADomain("categorical", hierarchy=Hierarchy.flat(["s%d" % i for i in range(dom.m)]))
     monkeypatch.setattr(R, "THREAD_ROWS", 1_000)
     subsets = []
-    monkeypatch.setattr(Partitioner, "subset", lambda self, rows, f=Partitioner.subset: subsets.append(len(rows)) or f(self, rows))
+    monkeypatch.setattr(Partitioner, "subset", lambda self, rows, ranks=None, f=Partitioner.subset: subsets.append(len(rows)) or f(self, rows, ranks))
     one = _canonical(refine(qis, codes, dom, 0.25, 5, threads=1))
     assert not subsets
     for threads in (2, 3):
@@ -287,3 +287,18 @@ def test_segment_helpers_match_numpy():
                               np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum()))
         a = rng.integers(0, 3, rng.integers(1, 10))
         assert np.array_equal(_run_firsts(a), np.r_[True, a[1:] != a[:-1]])
+
+
+def test_subsets_rank_as_one_subset_each():
+    """Partitioner.subsets restricts every QI's order to each group in one pass: the same
+    ranks, columns and codes as one subset per group."""
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(2_000, seed=8)
+    p = Partitioner(qis, codes, dom, 0.3, 5)
+    p.ranks_of(None)
+    group = np.random.default_rng(8).integers(0, 3, len(codes))
+    groups = [np.flatnonzero(group == g) for g in range(3)]
+    for rows, sub in zip(groups, p.subsets(groups)):
+        one = p.subset(rows)
+        assert np.array_equal(sub.ranks, one.ranks) and np.array_equal(sub.columns, one.columns)
+        assert np.array_equal(sub.codes, one.codes)
