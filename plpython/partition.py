@@ -427,24 +427,29 @@ def part_options(req) -> dict:
     return opts
 
 
-def anonymize_part(plpy, req, part: Part, j: int):
-    """One part in this backend: sabre_anonymize over the part's rows table (then dropped), or
-    over a temporary view of the source's rows when the part is the whole table."""
+def anonymize_part(plpy, req, part: Part, j: int, into) -> int:
+    """One part in this backend: sabre_anonymize's stages over the part's rows table (then
+    dropped), or over a temporary view of the source's rows when the part is the whole table,
+    written straight into the run's relations ``into`` (class ids from its offset); returns
+    the part's number of classes."""
+    from . import anonymize            # (anonymize imports this module)
+
     source = part.rows_table
     if not source:
         source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
         plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
             source.split(".", 1)[1], req.source["qname"], part.predicate))
-    plpy.execute(plpy.prepare(
-        "SELECT 1 FROM %s($1::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize"),
-        ["text", "text[]", "text", "float8", "int4", "text", "text", "text"]),
-        [source, [a.name for a in req.qis], req.sa.name, part.budget, req.k, req.method, part.output,
-         json.dumps(part_options(req))])
+    part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name, part.budget, req.k,
+                             req.method, part.output, json.dumps(part_options(req)))
+    classes = anonymize.run_part(plpy, part_req, into)
     plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
+    return classes
 
 
 def run(plpy, req, clock: Stopwatch):
-    """sabre_anonymize with options.partitions: split, each part in turn, publish as one."""
+    """sabre_anonymize with options.partitions: split, then each part in turn written straight
+    into the run's relations (class ids offset by the classes before it, so the parts' union
+    is never copied), checked against the whole table, swapped in as one output."""
     n = partitions_option(req)
     if req.sas:
         raise E.invalid_parameter("options.partitions takes one sensitive attribute",
@@ -453,10 +458,22 @@ def run(plpy, req, clock: Stopwatch):
         summary, parts = plan(plpy, req, n)
     with clock.phase("read"):              # each part's rows into a table of their own (stage_rows)
         stage_rows(plpy, req, parts)
+    run_ = publish.begin(plpy, req)
+    prev = publish.previous(plpy, req)
+    built = _built(req, run_)
+    # the parts' classes carry their EMD to their part: the run's classes get the table's
+    written_by_parts = {**built, "_classes": req.output.temporary_qualified(run_.run_id, "pc")}
     with clock.phase("partition"):         # the parts, one after another
+        offset = 0
         for j, part in enumerate(parts):
-            anonymize_part(plpy, req, part, j)
-    return publish_parts(plpy, req, [p.output for p in parts], clock, summary)
+            offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0))
+    with C.settings(plpy, jit="off"):
+        with clock.phase("check"):
+            written = check_against_table(plpy, req, [written_by_parts], summary)
+        with clock.phase("build_output"):
+            publish.execute(plpy, _union_sql(plpy, built["_classes"], [written_by_parts], "_classes", written))
+            plpy.execute("DROP TABLE %s" % written_by_parts["_classes"])
+        return _finish(plpy, req, run_, prev, built, written, clock, len(parts))
 
 
 # ---------------------------------------------------------------------------- publish
@@ -518,6 +535,12 @@ def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
         return _publish_parts(plpy, req, outputs, clock, summary)
 
 
+def _built(req, run) -> dict:
+    """{suffix: temporary qualified name} of the run's relations before the swap."""
+    return {s: req.output.temporary_qualified(run.run_id, tag) for s, tag in (("", "o"), ("_classes", "c"),
+                                                                              ("_keys", "k"))}
+
+
 def _publish_parts(plpy, req, outputs, clock, summary):
     run = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
@@ -528,11 +551,19 @@ def _publish_parts(plpy, req, outputs, clock, summary):
                 plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
             summary = scan.sa_summary(plpy, req, hierarchy)
         written = check_against_table(plpy, req, relations, summary)
-    built = {s: req.output.temporary_qualified(run.run_id, tag) for s, tag in (("", "o"), ("_classes", "c"),
-                                                                                ("_keys", "k"))}
+    built = _built(req, run)
     with clock.phase("build_output"):
         for suffix, table in built.items():
             publish.execute(plpy, _union_sql(plpy, table, relations, suffix, written))
+    for r in relations:
+        plpy.execute("DROP TABLE %s, %s, %s" % (r[""], r["_classes"], r["_keys"]))
+    return _finish(plpy, req, run, prev, built, written, clock, len(outputs))
+
+
+def _finish(plpy, req, run, prev, built, written, clock, n_parts):
+    """The run's relations ``built`` (checked against the table: ``written``) indexed, checked
+    to hold every source row once, swapped in and recorded."""
+    with clock.phase("build_output"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
         plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
@@ -543,14 +574,12 @@ def _publish_parts(plpy, req, outputs, clock, summary):
         plpy.execute("ANALYZE %s" % built["_keys"])
     with clock.phase("check"):
         check_every_row_once(plpy, req, built)
-    for r in relations:
-        plpy.execute("DROP TABLE %s, %s, %s" % (r[""], r["_classes"], r["_keys"]))
     with clock.phase("swap"):
         publish.swap(plpy, req, run, prev, built)
         publish.comment(plpy, req, run)
     sizes = written.sizes
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
-             "method": req.method, "options": {**req.options.given, "partitions": len(outputs)},
+             "method": req.method, "options": {**req.options.given, "partitions": n_parts},
              "rows": int(sizes.sum()), "classes": len(sizes), "buckets": None, "u": None,
              "min_class_size": int(sizes.min()), "max_class_size": int(sizes.max()),
              "max_emd": written.max_emd, "ail": None, "discernibility": int((sizes ** 2).sum()),

@@ -149,3 +149,23 @@ def test_split_takes_off_median_cut(pg_conn):
     assert scalar(pg_conn, "SELECT count(*) FROM public.offmed WHERE (x < 3) = (%s)" % lower) == 100
     assert scalar(pg_conn, "SELECT count(*) FROM public.offmed WHERE (%s) <> 1" % " + ".join(
         "(%s)::int" % p[2] for p in parts)) == 0
+
+
+def test_publish_checks_keys_class_by_class(pg_conn, census):
+    """A part's side table whose key moved to another class (row counts unchanged) is refused
+    before the swap, and nothing is published."""
+    opts = {"hierarchies": census, "partitions": 2}
+    parts = pg_conn.execute(
+        "SELECT part_output, part_options, budget, part_rows FROM sabre_partitions('public.census', %s, 'salary', "
+        "%s, %s, 'ak', 'public.census_moved', %s::jsonb, stage_rows => true)", (QIS, T, K, json.dumps(opts))).fetchall()
+    for part_output, part_options, budget, part_rows in parts:
+        pg_conn.execute("SELECT * FROM sabre_anonymize(%s::regclass, %s, 'salary', %s, %s, 'ak', %s, %s::jsonb)",
+                        (part_rows, QIS, budget, K, part_output, json.dumps(part_options)))
+        pg_conn.execute("DROP TABLE " + part_rows)
+    keys = parts[0][0][:-1] + '_keys"'
+    pg_conn.execute("UPDATE %s SET ec_id = 1 - ec_id WHERE key = (SELECT min(key) FROM %s WHERE ec_id IN (0, 1))"
+                    % (keys, keys))
+    expect_error(pg_conn, lambda c: c.execute(
+        "SELECT * FROM sabre_publish_parts('public.census', %s, 'salary', %s, %s, 'ak', 'public.census_moved', "
+        "%s::jsonb, %s)", (QIS, T, K, json.dumps(opts), [p[0] for p in parts])), "40001", "do not match their outputs' classes")
+    assert scalar(pg_conn, "SELECT to_regclass('public.census_moved')") is None
