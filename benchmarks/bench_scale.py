@@ -125,11 +125,15 @@ def check(dsn, schema, output) -> dict:
                 "verify_seconds": time.perf_counter() - t0}
 
 
-def largest_part(dsn, schema, run_id, parts) -> int:
-    """Rows of the largest part: the part runs are the ``parts`` runs just before the published one."""
+def largest_part(dsn, schema, table, hierarchies, parts, method) -> int:
+    """Rows of the largest part, from the run's plan (``sabre_partitions`` without staging
+    makes nothing; the one-call mode records no run per part)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql.SQL("SELECT max(rows) FROM {}.runs WHERE run_id >= %s AND run_id < %s").format(
-            sql.Identifier(schema)), (run_id - parts, run_id)).fetchone()[0]
+        return conn.execute(sql.SQL(
+            "SELECT max(p.rows) FROM {}.sabre_partitions(%s::regclass, %s, %s, %s, %s, %s, %s, %s::jsonb) AS p").format(
+            sql.Identifier(schema)), (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, method,
+                                      f"public.{table}_parts", json.dumps({"hierarchies": hierarchies,
+                                                                           "partitions": parts}))).fetchone()[0]
 
 
 def main(argv=None) -> int:
@@ -160,7 +164,7 @@ def main(argv=None) -> int:
             r = run_server(dsn, table, hierarchies, o.schema, parts, o.method) if mode == "server" else \
                 run_client(dsn, table, hierarchies, o.schema, parts, o.parallel, o.method)
             r.update(check(dsn, o.schema, r["output"]), mode=mode, size=rows, partitions=parts,
-                     largest_part=largest_part(dsn, o.schema, r["run_id"], parts))
+                     largest_part=largest_part(dsn, o.schema, table, hierarchies, parts, o.method))
             results.append(r)
             ph = r["phases"]
             print(f"   {mode:6s} {r['wall']:8.1f} s wall; split {ph.get('summary', 0):.1f} s, rows to parts "

@@ -39,18 +39,36 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
                 encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
         if partitioned:
             return partition.run(plpy, req, clock)
-        with clock.phase("summary"):
-            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
-            plan = _plan(req, summary)
-        if req.sa.name not in encodings and summary.text_codes() is not None:
-            encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
-        clock.phases["summary"] -= sum(plan.phases.values())
-        clock.merge(plan.phases)
-        with clock.phase("read"):
-            data = scan.read(plpy, req, encodings, summary)
-        result = _engine(req, data, summary, plan, hierarchies)
-        clock.merge(result.phases)
-        return _publish(plpy, req, data, summary, result, hierarchies, clock)
+        return _anonymize(plpy, req, hierarchies, encodings, clock)
+
+
+def run_part(plpy, req, into: publish.Into) -> int:
+    """One part of a partitioned run in this backend (``partition.run``): the stages of
+    sabre_anonymize over the part's rows, written straight into the run's relations ``into``
+    (no check, swap or catalog row of its own: the run checks every part against the whole
+    table).  Returns the part's number of classes."""
+    with C.settings(plpy, work_mem="256MB"):
+        hierarchies = scan.hierarchies(plpy, req)
+        encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+        return _anonymize(plpy, req, hierarchies, encodings, Stopwatch(), into)
+
+
+def _anonymize(plpy, req, hierarchies, encodings, clock, into=None):
+    """Stages 2-4 for one SA."""
+    with clock.phase("summary"):
+        summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+        plan = _plan(req, summary)
+    if req.sa.name not in encodings and summary.text_codes() is not None:
+        encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
+    clock.phases["summary"] -= sum(plan.phases.values())
+    clock.merge(plan.phases)
+    with clock.phase("read"):
+        data = scan.read(plpy, req, encodings, summary)
+    result = _engine(req, data, summary, plan, hierarchies)
+    clock.merge(result.phases)
+    if into is not None:
+        return _write_into(plpy, req, data, summary, result, hierarchies, into)
+    return _publish(plpy, req, data, summary, result, hierarchies, clock)
 
 
 @E.entry_point
@@ -140,6 +158,13 @@ def _engine(req, data, summary, plan, hierarchies):
                          threads=req.options.threads)
     except ValueError as e:
         raise E.invalid_parameter(str(e), ENGINE_HINT)
+
+
+def _write_into(plpy, req, data, summary, result, hierarchies, into) -> int:
+    keys_table = publish.write_keys(plpy, req, None, data.keys, result, into)
+    classes = publish.write_classes(plpy, req, None, result, data.data, keys_table, hierarchies, into)
+    publish.write_output(plpy, req, None, classes, keys_table, summary, data.sa_codes, result, into)
+    return result.n_classes
 
 
 def _publish(plpy, req, data, summary, result, hierarchies, clock):

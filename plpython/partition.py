@@ -52,6 +52,7 @@ LOOKAHEAD_PARTS = 256    # ... when at most this many parts are asked (its cost 
 PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}; each part is read '
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
 TAG_BYTES = 4
+CHECK_ROWS = 1 << 20     # rows per chunk of the check of one output the parts wrote into
 
 
 @dataclass(frozen=True)
@@ -427,24 +428,29 @@ def part_options(req) -> dict:
     return opts
 
 
-def anonymize_part(plpy, req, part: Part, j: int):
-    """One part in this backend: sabre_anonymize over the part's rows table (then dropped), or
-    over a temporary view of the source's rows when the part is the whole table."""
+def anonymize_part(plpy, req, part: Part, j: int, into) -> int:
+    """One part in this backend: sabre_anonymize's stages over the part's rows table (then
+    dropped), or over a temporary view of the source's rows when the part is the whole table,
+    written straight into the run's relations ``into`` (class ids from its offset); returns
+    the part's number of classes."""
+    from . import anonymize            # (anonymize imports this module)
+
     source = part.rows_table
     if not source:
         source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
         plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
             source.split(".", 1)[1], req.source["qname"], part.predicate))
-    plpy.execute(plpy.prepare(
-        "SELECT 1 FROM %s($1::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize"),
-        ["text", "text[]", "text", "float8", "int4", "text", "text", "text"]),
-        [source, [a.name for a in req.qis], req.sa.name, part.budget, req.k, req.method, part.output,
-         json.dumps(part_options(req))])
+    part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name, part.budget, req.k,
+                             req.method, part.output, json.dumps(part_options(req)))
+    classes = anonymize.run_part(plpy, part_req, into)
     plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
+    return classes
 
 
 def run(plpy, req, clock: Stopwatch):
-    """sabre_anonymize with options.partitions: split, each part in turn, publish as one."""
+    """sabre_anonymize with options.partitions: split, then each part in turn written straight
+    into the run's relations (class ids offset by the classes before it, so the parts' union
+    is never copied), checked against the whole table, swapped in as one output."""
     n = partitions_option(req)
     if req.sas:
         raise E.invalid_parameter("options.partitions takes one sensitive attribute",
@@ -453,10 +459,22 @@ def run(plpy, req, clock: Stopwatch):
         summary, parts = plan(plpy, req, n)
     with clock.phase("read"):              # each part's rows into a table of their own (stage_rows)
         stage_rows(plpy, req, parts)
+    run_ = publish.begin(plpy, req)
+    prev = publish.previous(plpy, req)
+    built = _built(req, run_)
+    # the parts' classes carry their EMD to their part: the run's classes get the table's
+    written_by_parts = {**built, "_classes": req.output.temporary_qualified(run_.run_id, "pc")}
     with clock.phase("partition"):         # the parts, one after another
+        offset = 0
         for j, part in enumerate(parts):
-            anonymize_part(plpy, req, part, j)
-    return publish_parts(plpy, req, [p.output for p in parts], clock, summary)
+            offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0))
+    with C.settings(plpy, jit="off"):
+        with clock.phase("check"):
+            written = check_written_in_chunks(plpy, req, written_by_parts, summary)
+        with clock.phase("build_output"):
+            publish.execute(plpy, _union_sql(plpy, built["_classes"], [written_by_parts], "_classes", written))
+            plpy.execute("DROP TABLE %s" % written_by_parts["_classes"])
+        return _finish(plpy, req, run_, prev, built, written, clock, len(parts))
 
 
 # ---------------------------------------------------------------------------- publish
@@ -518,6 +536,12 @@ def publish_parts(plpy, req, outputs: list, clock: Stopwatch, summary=None):
         return _publish_parts(plpy, req, outputs, clock, summary)
 
 
+def _built(req, run) -> dict:
+    """{suffix: temporary qualified name} of the run's relations before the swap."""
+    return {s: req.output.temporary_qualified(run.run_id, tag) for s, tag in (("", "o"), ("_classes", "c"),
+                                                                              ("_keys", "k"))}
+
+
 def _publish_parts(plpy, req, outputs, clock, summary):
     run = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
@@ -528,11 +552,19 @@ def _publish_parts(plpy, req, outputs, clock, summary):
                 plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
             summary = scan.sa_summary(plpy, req, hierarchy)
         written = check_against_table(plpy, req, relations, summary)
-    built = {s: req.output.temporary_qualified(run.run_id, tag) for s, tag in (("", "o"), ("_classes", "c"),
-                                                                                ("_keys", "k"))}
+    built = _built(req, run)
     with clock.phase("build_output"):
         for suffix, table in built.items():
             publish.execute(plpy, _union_sql(plpy, table, relations, suffix, written))
+    for r in relations:
+        plpy.execute("DROP TABLE %s, %s, %s" % (r[""], r["_classes"], r["_keys"]))
+    return _finish(plpy, req, run, prev, built, written, clock, len(outputs))
+
+
+def _finish(plpy, req, run, prev, built, written, clock, n_parts):
+    """The run's relations ``built`` (checked against the table: ``written``) indexed, checked
+    to hold every source row once, swapped in and recorded."""
+    with clock.phase("build_output"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
         plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
@@ -543,14 +575,12 @@ def _publish_parts(plpy, req, outputs, clock, summary):
         plpy.execute("ANALYZE %s" % built["_keys"])
     with clock.phase("check"):
         check_every_row_once(plpy, req, built)
-    for r in relations:
-        plpy.execute("DROP TABLE %s, %s, %s" % (r[""], r["_classes"], r["_keys"]))
     with clock.phase("swap"):
         publish.swap(plpy, req, run, prev, built)
         publish.comment(plpy, req, run)
     sizes = written.sizes
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
-             "method": req.method, "options": {**req.options.given, "partitions": len(outputs)},
+             "method": req.method, "options": {**req.options.given, "partitions": n_parts},
              "rows": int(sizes.sum()), "classes": len(sizes), "buckets": None, "u": None,
              "min_class_size": int(sizes.min()), "max_class_size": int(sizes.max()),
              "max_emd": written.max_emd, "ail": None, "discernibility": int((sizes ** 2).sum()),
@@ -577,37 +607,100 @@ class Written:
 def check_against_table(plpy, req, relations, summary) -> Written:
     """Part by part (memory: one part's groups), every class's exact EMD against the whole
     table's SA counts, >= k rows, and as many rows as the side table maps to it; then the
-    parts' SA counts together must be the table's."""
-    total = np.zeros(len(summary.counts), dtype=np.int64)
-    offsets, ids, sizes, emds, violations, offset = [], [], [], [], 0, 0
+    parts' SA counts together must be the table's.  The parts' class ids are offset."""
+    check = _TableCheck(req, summary, renumber=True)
     for r in relations:
-        ec, codes, n = _part_groups(plpy, req, summary, r[""])
-        part_counts = np.bincount(codes, weights=n, minlength=len(total)).astype(np.int64)
-        total += part_counts
-        rest = np.asarray(summary.counts, dtype=np.int64) - part_counts
+        check.add(_part_groups(plpy, req, summary, r[""]), _keys_per_class(plpy, r["_keys"]))
+    return check.written()
+
+
+def check_written_in_chunks(plpy, req, relations, summary) -> Written:
+    """The check of :func:`check_against_table` of one output the parts wrote into (class ids
+    final), read in chunks of about ``CHECK_ROWS`` rows (a TID range of blocks each, so the
+    chunks are the table's rows exactly once): a class is measured once it has all the rows
+    its side table maps to it (most classes lie in one chunk), so memory is one chunk's groups
+    whatever the table size; a class with more rows than keys, or rows missing, fails."""
+    out = relations[""]
+    ids, ns = _keys_per_class(plpy, relations["_keys"])
+    expected = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
+    expected[ids] = ns
+    blocks = int(plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.pg_relation_size($1::pg_catalog.regclass) OPERATOR(pg_catalog./) "
+        "pg_catalog.current_setting('block_size')::pg_catalog.int8 AS b", ["text"]), [out])[0]["b"])
+    step = max(1, blocks * CHECK_ROWS // max(summary.rows, 1))
+    m = len(summary.counts)
+    check = _TableCheck(req, summary, renumber=False)
+    pending = (np.zeros(0, dtype=np.int64),) * 3
+    for b in range(0, blocks, step):
+        chunk = _part_groups(plpy, req, summary, "(SELECT o.* FROM %s AS o WHERE o.ctid OPERATOR(pg_catalog.>=) "
+                             "'(%d,0)'::pg_catalog.tid AND o.ctid OPERATOR(pg_catalog.<) '(%d,0)'::pg_catalog.tid)"
+                             % (out, b, b + step))
+        pair, n = (np.r_[pending[0], chunk[0]] * m + np.r_[pending[1], chunk[1]]), np.r_[pending[2], chunk[2]]
+        pair, at = np.unique(pair, return_inverse=True)
+        ec, codes, n = pair // m, pair % m, np.bincount(at, weights=n).astype(np.int64)
+        if len(ec) and ec.max() >= len(expected):
+            raise _keys_mismatch()
+        rows = np.bincount(ec, weights=n, minlength=len(expected)).astype(np.int64)
+        if (rows > expected).any():
+            raise _keys_mismatch()
+        full = rows[ec] == expected[ec]
+        done = np.unique(ec[full])
+        check.add((ec[full], codes[full], n[full]), (done, expected[done]))
+        pending = (ec[~full], codes[~full], n[~full])
+    if len(pending[0]):
+        raise _keys_mismatch()
+    written = check.written()
+    if not np.array_equal(written.class_ids, ids):         # (every class of the side table has rows)
+        raise _keys_mismatch()
+    return written
+
+
+class _TableCheck:
+    """The check of :func:`check_against_table`, fed a part's (or a chunk's) classes at a time."""
+
+    def __init__(self, req, summary, renumber: bool):
+        self.req, self.summary, self.renumber = req, summary, renumber
+        self.table = np.asarray(summary.counts, dtype=np.int64)
+        self.total = np.zeros(len(self.table), dtype=np.int64)
+        self.offsets, self.ids, self.sizes, self.emds, self.violations, self.offset = [], [], [], [], 0, 0
+
+    def add(self, groups, keys):
+        """Some classes: their (class id, table SA code, rows) groups and the side table's
+        (class ids ascending, rows) of those classes."""
+        ec, codes, n = groups
+        part_counts = np.bincount(codes, weights=n, minlength=len(self.total)).astype(np.int64)
+        self.total += part_counts
+        rest = self.table - part_counts
         if rest.min() < 0:
-            raise _not_the_source(int(total.sum()), summary.rows)
+            raise _not_the_source(int(self.total.sum()), self.summary.rows)
         present = np.flatnonzero(rest)          # the rest of the table as class -1: EMDs against the table
         measured = domain_class_emds(np.r_[np.full(len(present), -1), ec], np.r_[present, codes],
-                                     np.r_[rest[present], n], summary.domain())
+                                     np.r_[rest[present], n], self.summary.domain())
         real = measured.class_ids >= 0
-        violations += int(np.count_nonzero(measured.violating(req.t, req.k)[real]))
-        _check_classes_match_keys(plpy, r["_keys"], measured.class_ids[real], measured.sizes[real])
-        offsets.append(offset)
-        ids.append(measured.class_ids[real] + offset)
-        sizes.append(np.asarray(measured.sizes[real], dtype=np.int64))
-        emds.append(measured.emd[real])
-        offset = int(ids[-1].max()) + 1 if len(ids[-1]) else offset
-    if not np.array_equal(total, np.asarray(summary.counts, dtype=np.int64)):
-        raise _not_the_source(int(total.sum()), summary.rows)
-    written = Written(offsets, np.concatenate(ids), np.concatenate(sizes), np.concatenate(emds))
-    if violations:
-        raise E.source_changed(
-            "%d class(es) of the partitioned output violate t = %g or k = %d against the whole table in "
-            "exact arithmetic (max EMD %.6g, smallest class %d)" % (
-                violations, req.t, req.k, written.max_emd, int(written.sizes.min())),
-            "Run again without options.partitions, or with fewer parts.")
-    return written
+        self.violations += int(np.count_nonzero(measured.violating(self.req.t, self.req.k)[real]))
+        _check_classes_match_keys(keys, measured.class_ids[real], measured.sizes[real])
+        offset = self.offset if self.renumber else 0
+        self.offsets.append(offset)
+        self.ids.append(measured.class_ids[real] + offset)
+        self.sizes.append(np.asarray(measured.sizes[real], dtype=np.int64))
+        self.emds.append(measured.emd[real])
+        self.offset = int(self.ids[-1].max()) + 1 if len(self.ids[-1]) else self.offset
+
+    def written(self) -> Written:
+        req = self.req
+        if not np.array_equal(self.total, self.table):
+            raise _not_the_source(int(self.total.sum()), self.summary.rows)
+        ids = np.concatenate(self.ids) if self.ids else np.zeros(0, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        written = Written(self.offsets if self.renumber else [0], ids[order],
+                          *(np.concatenate(x)[order] if x else np.zeros(0) for x in (self.sizes, self.emds)))
+        if self.violations:
+            raise E.source_changed(
+                "%d class(es) of the partitioned output violate t = %g or k = %d against the whole table in "
+                "exact arithmetic (max EMD %.6g, smallest class %d)" % (
+                    self.violations, req.t, req.k, written.max_emd, int(written.sizes.min())),
+                "Run again without options.partitions, or with fewer parts.")
+        return written
 
 
 def _part_groups(plpy, req, summary, output):
@@ -640,16 +733,25 @@ def _part_groups(plpy, req, summary, output):
     return ec, values - 1, n
 
 
-def _check_classes_match_keys(plpy, keys_table, class_ids, sizes):
-    """Each class of a part's output has as many rows as its side table maps to it."""
+def _keys_per_class(plpy, keys_table):
+    """(class ids ascending, rows) of a side table."""
     r = plpy.execute("SELECT pg_catalog.count(*) AS c, %s AS ids, %s AS ns FROM (SELECT ec_id::pg_catalog.int8 AS "
                      "ec_id, pg_catalog.count(*) AS n FROM %s GROUP BY 1 ORDER BY 1) AS g" % (
                          T.binary_agg("g.ec_id", "int8"), T.binary_agg("g.n", "int8"), keys_table))[0]
     c = int(r["c"])
-    if not (np.array_equal(T.decode_array(r["ids"], "int8", c), class_ids)
-            and np.array_equal(T.decode_array(r["ns"], "int8", c), np.asarray(sizes, dtype=np.int64))):
-        raise E.source_changed("the parts' side tables do not match their outputs' classes",
-                               "Pass the part outputs of one sabre_partitions call, as their runs made them.")
+    return T.decode_array(r["ids"], "int8", c), T.decode_array(r["ns"], "int8", c)
+
+
+def _check_classes_match_keys(keys, class_ids, sizes):
+    """Each class of a part's output has as many rows as its side table maps to it."""
+    ids, ns = keys
+    if not (np.array_equal(ids, class_ids) and np.array_equal(ns, np.asarray(sizes, dtype=np.int64))):
+        raise _keys_mismatch()
+
+
+def _keys_mismatch():
+    return E.source_changed("the parts' side tables do not match their outputs' classes",
+                            "Pass the part outputs of one sabre_partitions call, as their runs made them.")
 
 
 def check_every_row_once(plpy, req, built):

@@ -100,8 +100,24 @@ def previous(plpy, req) -> Previous:
     return Previous(found)
 
 
+@dataclass(frozen=True)
+class Into:
+    """A part of a partitioned run writing straight into the run's own (not yet swapped)
+    relations (docs/scale-out.md): its class ids start at ``offset``; the first part creates
+    the relations, the others append.  Indexes and the pre-swap check are the run's."""
+    tables: dict             # {"": output, "_classes": ..., "_keys": ...}: temporary qualified names
+    offset: int = 0
+    create: bool = True
+
+    def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
+        """The statement writing ``select``'s rows into the relation ``suffix``."""
+        if self.create:
+            return "CREATE %sTABLE %s AS %s" % ("UNLOGGED " if unlogged else "", self.tables[suffix], select)
+        return "INSERT INTO %s %s" % (self.tables[suffix], select)
+
+
 # ---------------------------------------------------------------------------- side table
-def keys_sql(table, key, keys, result):
+def keys_sql(table, key, keys, result, into: Into | None = None):
     """(SQL, types, params) of the side table, in index order (bucket, hilbert_key): one
     unnest of the Hilbert keys and bit-packed words holding the EC id, the bucket and (integer
     keys whose range fits) the source key as an offset from its minimum; other keys as text."""
@@ -127,13 +143,17 @@ def keys_sql(table, key, keys, result):
         types.append("int8[]" if integer else "text[]")
     # UNLOGGED: derived data, rebuilt by rerunning; skipping WAL halves the write.
     # (unnest in the select list streams; in FROM it would first materialize the rows)
-    sql = ("CREATE UNLOGGED TABLE %s AS SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, "
-           "%s AS ec_id FROM (SELECT %s) AS u" % (table, key_expr, key.col["type"], pack.sql("bucket", words),
-                                                  pack.sql("ec", words), ", ".join(columns)))
+    ec = pack.sql("ec", words) if into is None else "(%d::int8 + %s)" % (into.offset, pack.sql("ec", words))
+    select = "SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, %s AS ec_id FROM (SELECT %s) AS u" % (
+        key_expr, key.col["type"], pack.sql("bucket", words), ec, ", ".join(columns))
+    sql = "CREATE UNLOGGED TABLE %s AS %s" % (table, select) if into is None else into.write("_keys", select, True)
     return sql, types, params
 
 
-def write_keys(plpy, req, run, keys, result):
+def write_keys(plpy, req, run, keys, result, into: Into | None = None):
+    if into is not None:
+        execute(plpy, keys_sql(None, req.key, keys, result, into))
+        return into.tables["_keys"]
     table = req.output.temporary_qualified(run.run_id, "k")
     execute(plpy, keys_sql(table, req.key, keys, result))
     plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
@@ -220,19 +240,21 @@ class ClassesTable:
             return [("emd", "emd", self.result.emds)]
         return [("e%d" % i, name, self.result.emds_by_sa[:, i]) for i, name in enumerate(names)]
 
-    def statement(self, table):
-        """(SQL, types, params)."""
+    def statement(self, table, into: Into | None = None):
+        """(SQL, types, params); ``into``: class ids from its offset, into its classes relation."""
+        offset = 0 if into is None else into.offset
         emds = self.emds()
         st = _Statement(T.BitPack(self.fields), emds, self.floats)
         select = ["u.ec_id", "%s AS size" % st.field("size")] + [
             "u.emd" if alias == name else "u.%s AS %s" % (alias, C.ident(name)) for alias, name, _ in emds] + \
             [make(st) for make in self.selects]
-        sql = "CREATE TABLE %s AS SELECT %s FROM (SELECT pg_catalog.generate_series(0::int8, %d::int8) AS ec_id, %s) " \
-              "AS u %s" % (table, ", ".join(select), self.result.n_classes - 1, ", ".join(st.unnests), " ".join(st.joins))
+        sql = "SELECT %s FROM (SELECT pg_catalog.generate_series(%d::int8, %d::int8) AS ec_id, %s) AS u %s" % (
+            ", ".join(select), offset, offset + self.result.n_classes - 1, ", ".join(st.unnests), " ".join(st.joins))
         if self.exact_aggs:
             sql += (" JOIN (SELECT k.ec_id AS g_ec, %s FROM %s AS s JOIN %s AS k ON k.key = s.%s GROUP BY k.ec_id)"
                     " AS g ON g.g_ec = u.ec_id" % (", ".join(self.exact_aggs), self.req.source["qname"],
                                                    self.keys_table, C.ident(self.req.key.name)))
+        sql = "CREATE TABLE %s AS %s" % (table, sql) if into is None else into.write("_classes", sql)
         return sql, st.types, st.params
 
 
@@ -269,12 +291,14 @@ class _Statement:
         return "l%d.label AS %s" % (j, C.ident(name))
 
 
-def write_classes(plpy, req, run, result, data, keys_table, hierarchies):
-    table = req.output.temporary_qualified(run.run_id, "c")
+def write_classes(plpy, req, run, result, data, keys_table, hierarchies, into: Into | None = None):
+    table = req.output.temporary_qualified(run.run_id, "c") if into is None else into.tables["_classes"]
     # the planner cannot estimate joins on unpacked bit fields and would pick nested loops
     # over the label lists (quadratic); hash joins are right for these small lists
     with C.settings(plpy, enable_nestloop="off"):
-        execute(plpy, ClassesTable(req, result, data, keys_table, hierarchies).statement(table))
+        execute(plpy, ClassesTable(req, result, data, keys_table, hierarchies).statement(table, into))
+    if into is not None:
+        return table
     plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
         table, C.ident(req.output.temporary(run.run_id, "c_pkey"))))
     return table
@@ -297,7 +321,7 @@ def shuffled_by_class(ec: np.ndarray, n_classes: int) -> np.ndarray:
     return perm[np.argsort(ec[perm], kind="stable")]
 
 
-def output_from_classes_query(req, classes, summary, codes, result):
+def output_from_classes_query(req, classes, summary, codes, result, offset: int = 0):
     """(query, types, params): the rows of <output> by expanding each class (in ec_id order) into its rows'
     SA values: per SA one array grouped by EC (an integer SA's own values, else codes), each
     class unnests its slice (several SAs: ``summary`` a list, ``codes`` one column per SA,
@@ -306,7 +330,8 @@ def output_from_classes_query(req, classes, summary, codes, result):
     codes = np.asarray(codes, dtype=np.int64).reshape(len(result.ec), len(summaries))
     codes = codes[shuffled_by_class(result.ec, result.n_classes)]
     st = _Params([np.concatenate(([0], np.cumsum(result.sizes)[:-1])).tolist()], ["int8[]"])
-    slice_ = "pg_catalog.unnest(($%d::%s[])[($1::int8[])[c.ec_id + 1] + 1 : ($1::int8[])[c.ec_id + 1] + c.size]) AS a%d"
+    at = "($1::int8[])[c.ec_id - %d]" % (offset - 1) if offset else "($1::int8[])[c.ec_id + 1]"
+    slice_ = "pg_catalog.unnest(($%%d::%%s[])[%s + 1 : %s + c.size]) AS a%%d" % (at, at)
     inner, outer, joins = [], [], []
     for j, (sa, one) in enumerate(zip(req.sensitive, summaries)):
         code = "x.a%d" % j
@@ -325,9 +350,11 @@ def output_from_classes_query(req, classes, summary, codes, result):
             value = "m%d.v::%s" % (j, sa.col["type"])
         outer.append("%s AS %s" % (value, C.ident(sa.name)))
     gen = req.generalized_columns()
-    query = "SELECT x.ec_id, %s FROM (SELECT c.ec_id, %s FROM %s AS c) AS x%s" % (
+    # (with an offset, ``classes`` also holds earlier parts' classes: only this part's expand)
+    query = "SELECT x.ec_id, %s FROM (SELECT c.ec_id, %s FROM %s AS c%s) AS x%s" % (
         ", ".join(["x.%s" % C.ident(g) for g in gen] + outer),
-        ", ".join(["c.%s" % C.ident(g) for g in gen] + inner), classes, "".join(joins))
+        ", ".join(["c.%s" % C.ident(g) for g in gen] + inner), classes,
+        " WHERE c.ec_id OPERATOR(pg_catalog.>=) %d" % offset if offset else "", "".join(joins))
     return query, st.types, st.params
 
 
@@ -353,15 +380,18 @@ def output_from_source_query(req, classes, keys_table):
                 ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
 
 
-def write_output(plpy, req, run, classes, keys_table, summary, codes, result):
-    table = req.output.temporary_qualified(run.run_id, "o")
+def write_output(plpy, req, run, classes, keys_table, summary, codes, result, into: Into | None = None):
+    table = req.output.temporary_qualified(run.run_id, "o") if into is None else into.tables[""]
+    write = (lambda query: "CREATE TABLE %s AS %s" % (table, query)) if into is None else \
+        (lambda query: into.write("", query))
     if not req.options.keep and all(exact_from_codes(sa) for sa in req.sensitive):
         # serial: a parallel worker would first copy the array parameters (+0.4 s at 1M rows)
         with C.settings(plpy, max_parallel_workers_per_gather=0):
-            query, types, params = output_from_classes_query(req, classes, summary, codes, result)
-            execute(plpy, ("CREATE TABLE %s AS %s" % (table, query), types, params))
+            query, types, params = output_from_classes_query(req, classes, summary, codes, result,
+                                                             0 if into is None else into.offset)
+            execute(plpy, (write(query), types, params))
     else:
-        plpy.execute("CREATE TABLE %s AS %s" % (table, output_from_source_query(req, classes, keys_table)))
+        plpy.execute(write(output_from_source_query(req, classes, keys_table)))
     return table
 
 

@@ -149,3 +149,50 @@ def test_split_takes_off_median_cut(pg_conn):
     assert scalar(pg_conn, "SELECT count(*) FROM public.offmed WHERE (x < 3) = (%s)" % lower) == 100
     assert scalar(pg_conn, "SELECT count(*) FROM public.offmed WHERE (%s) <> 1" % " + ".join(
         "(%s)::int" % p[2] for p in parts)) == 0
+
+
+def test_publish_checks_keys_class_by_class(pg_conn, census):
+    """A part's side table whose key moved to another class (row counts unchanged) is refused
+    before the swap, and nothing is published."""
+    opts = {"hierarchies": census, "partitions": 2}
+    parts = pg_conn.execute(
+        "SELECT part_output, part_options, budget, part_rows FROM sabre_partitions('public.census', %s, 'salary', "
+        "%s, %s, 'ak', 'public.census_moved', %s::jsonb, stage_rows => true)", (QIS, T, K, json.dumps(opts))).fetchall()
+    for part_output, part_options, budget, part_rows in parts:
+        pg_conn.execute("SELECT * FROM sabre_anonymize(%s::regclass, %s, 'salary', %s, %s, 'ak', %s, %s::jsonb)",
+                        (part_rows, QIS, budget, K, part_output, json.dumps(part_options)))
+        pg_conn.execute("DROP TABLE " + part_rows)
+    keys = parts[0][0][:-1] + '_keys"'
+    pg_conn.execute("UPDATE %s SET ec_id = 1 - ec_id WHERE key = (SELECT min(key) FROM %s WHERE ec_id IN (0, 1))"
+                    % (keys, keys))
+    expect_error(pg_conn, lambda c: c.execute(
+        "SELECT * FROM sabre_publish_parts('public.census', %s, 'salary', %s, %s, 'ak', 'public.census_moved', "
+        "%s::jsonb, %s)", (QIS, T, K, json.dumps(opts), [p[0] for p in parts])), "40001", "do not match their outputs' classes")
+    assert scalar(pg_conn, "SELECT to_regclass('public.census_moved')") is None
+
+
+def test_one_call_in_parts_keeps_columns(pg_conn, census):
+    """options.keep: each part's rows are joined from its rows table, written into the run's output."""
+    opts = {"hierarchies": census, "partitions": 3, "keep": ["race"]}
+    res = anonymize(pg_conn, "public.census", QIS, "salary", T, K, "ak", "public.census_kept", opts)
+    check_partitioned(pg_conn, "public.census_kept", "salary", T, K, res)
+    # every row's kept value is its source row's (the side table maps output rows to source keys per class)
+    assert scalar(pg_conn, "SELECT count(*) FROM (SELECT ec_id, race, salary FROM public.census_kept EXCEPT ALL "
+                  "SELECT k.ec_id, s.race, s.salary FROM public.census s JOIN public.census_kept_keys k ON k.key = s.id) x") == 0
+
+
+def test_one_call_checks_in_chunks(pg_conn, census):
+    """The output the parts wrote into is checked in chunks of blocks (here ~300 rows each, so
+    classes straddle chunks): the same classes and EMDs as one chunk."""
+    opts = {"hierarchies": census, "partitions": 3}
+    whole = anonymize(pg_conn, "public.census", QIS, "salary", T, K, "ak", "public.census_whole", opts)
+    pg_conn.execute("DO $$ import sabre_plpy.partition as p; p.CHECK_ROWS = 300 $$ LANGUAGE plpython3u")
+    try:
+        res = anonymize(pg_conn, "public.census", QIS, "salary", T, K, "ak", "public.census_chunks", opts)
+    finally:
+        pg_conn.execute("DO $$ import sabre_plpy.partition as p; p.CHECK_ROWS = 1 << 20 $$ LANGUAGE plpython3u")
+    check_partitioned(pg_conn, "public.census_chunks", "salary", T, K, res)
+    assert scalar(pg_conn, "SELECT pg_relation_size('public.census_chunks') / 8192") > 3
+    assert (res["classes"], res["max_emd"]) == (whole["classes"], whole["max_emd"])
+    assert pg_conn.execute("SELECT count(*), sum(size), sum(emd) FROM public.census_chunks_classes").fetchone() == \
+        pg_conn.execute("SELECT count(*), sum(size), sum(emd) FROM public.census_whole_classes").fetchone()
