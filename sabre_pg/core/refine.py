@@ -46,7 +46,7 @@ BALANCE_STEPS = 16       # roundings flipped at most by the halves' rounding sea
 BALANCE_CHUNK = 1 << 22  # (partitions x flips x values) evaluated at once by that search
 THREAD_ROWS = 1 << 14    # tables of at least this many rows are searched in threads
 THREAD_PARTS = 4         # the whole table's first rounds run until about this many partitions
-                         # per thread (then each thread searches a share of them apart)
+                         # per thread (then the threads take them one at a time, largest first)
 
 
 def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarray | None = None,
