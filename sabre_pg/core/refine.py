@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .cut_search import cut_search
-from .generalize import stable_argsort
+from .generalize import ECIndex, stable_argsort
 from .emd import SADomain
 from .hilbert import hilbert_keys
 from .mondrian import Partitioner
@@ -104,10 +104,8 @@ def search_threads(p: Partitioner, part: np.ndarray, threads: int, rescue: bool,
         part = cut_search(p, part, max_rounds=int(np.ceil(np.log2(THREAD_PARTS * threads))),
                           pmap=pool.map, **search)
         # one task per partition, the largest first: a thread that is done takes the next
-        order = stable_argsort(part)
-        sizes = np.bincount(part)
-        starts = np.cumsum(sizes) - sizes
-        groups = [order[starts[q]:starts[q] + sizes[q]] for q in np.argsort(-sizes, kind="stable")]
+        by = ECIndex(part)
+        groups = [by.order[by.starts[q]:by.starts[q] + by.sizes[q]] for q in np.argsort(-by.sizes, kind="stable")]
         found = list(pool.map(lambda q: run(q, np.zeros(len(q.codes), dtype=np.int64)), p.subsets(groups)))
     ec, offset = np.empty(len(part), dtype=np.int64), 0
     for rows, f in zip(groups, found):
