@@ -476,9 +476,7 @@ def _check_best_first(p, orders, cand, n_parts, emd_weight, pmap=map) -> np.ndar
     -1.  Candidates are checked in batches of growing size, best first."""
     order = np.lexsort((cand["score"], cand["owner"]))
     owner = cand["owner"][order]
-    first = _run_firsts(owner)
-    start = np.flatnonzero(first)
-    rank = np.arange(len(owner)) - start[np.cumsum(first) - 1]
+    rank = run_ranks(owner)
     chosen = np.full(n_parts, -1, dtype=np.int64)
     done = np.zeros(n_parts, dtype=bool)
     lo, width = 0, (len(order) if emd_weight else FIRST_BATCH)
@@ -570,6 +568,12 @@ def _segment_ids(sizes) -> np.ndarray:
     nonempty = np.flatnonzero(sizes)
     steps[(np.cumsum(sizes) - sizes)[nonempty]] = np.diff(nonempty, prepend=0)
     return np.cumsum(steps)
+
+
+def run_ranks(a) -> np.ndarray:
+    """Each element's position inside its run of equal elements of ``a`` (0 for the first)."""
+    first = _run_firsts(a)
+    return np.arange(len(a)) - np.flatnonzero(first)[np.cumsum(first) - 1]
 
 
 def _run_firsts(a) -> np.ndarray:

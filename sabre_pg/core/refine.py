@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .cut_search import cut_search
+from .cut_search import cut_search, run_ranks
 from .generalize import ECIndex, stable_argsort
 from .emd import SADomain
 from .hilbert import hilbert_keys
@@ -191,10 +191,8 @@ def rescue_round(p: Partitioner, ec: np.ndarray, todo: np.ndarray) -> tuple[np.n
     for j in range(len(p.qis)):
         order = _group_order(p, rows, group, j)
         key = group[order]
-        first = np.r_[True, key[1:] != key[:-1]]
-        rank = np.arange(len(key)) - np.flatnonzero(first)[np.cumsum(first) - 1]
         r = np.empty(len(rows), dtype=bool)
-        r[order] = rank >= left_counts.reshape(-1)[key]
+        r[order] = run_ranks(key) >= left_counts.reshape(-1)[key]
         score = _summed_il(p, rows, 2 * owner + r, 2 * len(q))
         score = score[0::2] + score[1::2]
         better = score < best

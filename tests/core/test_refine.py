@@ -277,7 +277,7 @@ def test_worker_threads_leave_signals_to_the_caller():
 def test_segment_helpers_match_numpy():
     """The lock-free replacements of np.repeat and np.r_ in the search give numpy's arrays,
     empty segments included."""
-    from sabre_pg.core.cut_search import _run_firsts, _segment_ids, _segment_indices
+    from sabre_pg.core.cut_search import _run_firsts, _segment_ids, _segment_indices, run_ranks
     rng = np.random.default_rng(7)
     for _ in range(100):
         sizes = rng.integers(0, 4, rng.integers(0, 8))
@@ -287,6 +287,8 @@ def test_segment_helpers_match_numpy():
                               np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum()))
         a = rng.integers(0, 3, rng.integers(1, 10))
         assert np.array_equal(_run_firsts(a), np.r_[True, a[1:] != a[:-1]])
+        s = np.sort(a)
+        assert np.array_equal(run_ranks(s), [int((s[:i] == s[i]).sum()) for i in range(len(s))])
 
 
 def test_subsets_rank_as_one_subset_each():
