@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from sabre_pg.core.exact_emd import domain_class_emds
+from sabre_pg.core.mondrian import against_table
 from sabre_pg.core.stopwatch import Stopwatch
 
 from . import closeness
@@ -673,10 +674,7 @@ class _TableCheck:
         rest = self.table - part_counts
         if rest.min() < 0:
             raise _not_the_source(int(self.total.sum()), self.summary.rows)
-        present = np.flatnonzero(rest)          # the rest of the table as class -1: EMDs against the table
-        measured = domain_class_emds(np.r_[np.full(len(present), -1), ec], np.r_[present, codes],
-                                     np.r_[rest[present], n], self.summary.domain())
-        real = measured.class_ids >= 0
+        measured, real = against_table(ec, codes, n, self.table, self.summary.domain())
         self.violations += int(np.count_nonzero(measured.violating(self.req.t, self.req.k)[real]))
         _check_classes_match_keys(keys, measured.class_ids[real], measured.sizes[real])
         offset = self.offset if self.renumber else 0
