@@ -259,8 +259,8 @@ def parse_options(given: dict, columns: dict, qis, threads: int = 1) -> Options:
     labels = boolean_option(given, "labels", False, "true adds the view <output>_labels, numerical "
                             "quasi-identifiers as text labels such as [20, 29] (for BI tools).")
     search = _choice(given, "search", "fast", ("fast", "thorough"),
-                     "method 'refine': 'fast' (default) searches small partitions' cuts on their two widest "
-                     "quasi-identifiers; 'thorough' on every one (slower on large tables).")
+                     "method 'refine': 'fast' (default) searches small partitions' cuts on their widest "
+                     "quasi-identifier; 'thorough' on every one (slower on large tables).")
     threads = _integer(given, "threads", threads, 1, MAX_THREADS,
                        "method 'refine' searches a large table in this many threads (default: 1 + "
                        "max_parallel_workers_per_gather, at most the server's cores); 1 searches in the backend alone.")
