@@ -29,8 +29,9 @@ its rows; a refused partition is searched once more, on every QI and with the st
 cut, before it becomes a class.  'thorough' searches every QI, the stratified cut included,
 with a grid of 64 on every row.  (The widest QI alone under 128 rows, against the two widest
 under 256: AIL lower in 17 of the 24 census-like configurations at 100k (up to 7 points
-further below t-Mondrian), equal in 5, at most 0.0002 higher in 2; 1M rows, t = 0.35, k = 6: 0.0248 against 0.0296; Adult 0.2976
-against 0.2978.  The widest QI alone under 256 rows made Adult 0.3005, under 1024 0.311.)
+further below t-Mondrian), equal in 5, at most 0.0002 higher in 2; 1M rows, t = 0.35,
+k = 6: 0.0248 against 0.0296; Adult 0.2976 against 0.2978.  The widest QI alone under 256
+rows made Adult 0.3005, under 1024 0.311.)
 
 The score of a cut is the summed information loss of its rows after it, ``|L| IL(L) + |R|
 IL(R)`` (IL as the metrics define it: the mean normalized span over the QIs, a categorical
