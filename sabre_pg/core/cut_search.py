@@ -46,7 +46,6 @@ import weakref
 
 import numpy as np
 
-from .generalize import stable_argsort
 from .mondrian import Partitioner, _stratified_cut, against_table
 
 __all__ = ["cut_search", "QUANTILES", "SEARCH"]
@@ -90,15 +89,11 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)
     wide = np.zeros(n_parts, dtype=bool)     # searched on every QI (its widest ones failed)
-    ranks = p.ranks_of(None, pmap)
+    p.ranks_of(None, pmap)          # every QI's order, the QIs sorted in pmap
     _DenseQIs.of(p, pmap)
 
-    def order(j):                # the rows in (partition, value of QI j) order
-        by_value = np.empty(len(part), dtype=np.int64)
-        by_value[ranks[:, j]] = np.arange(len(part))
-        return by_value[stable_argsort(part[by_value])]
-
-    orders = list(pmap(order, range(p.columns.shape[1])))   # the rows not yet final
+    # the rows (not yet final) in (partition, value of QI j) order, per QI
+    orders = list(pmap(lambda j: p.value_order(j, part), range(p.columns.shape[1])))
     rounds = 0
     while not final.all() and (max_rounds is None or rounds < max_rounds):
         part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
@@ -222,13 +217,11 @@ class _DenseQIs:
     _made: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     def __init__(self, p, pmap=map):
-        ranks = p.ranks_of(None, pmap)
-        n, d = ranks.shape
+        n, d = p.ranks_of(None, pmap).shape
         codes = np.empty((n, d), dtype=np.int32, order="F")
 
         def column(i):          # a column at a time: contiguous writes
-            by_value = np.empty(n, dtype=np.int64)
-            by_value[ranks[:, i]] = np.arange(n)
+            by_value = p.value_order(i)
             v = p.columns[by_value, i]   # the values in order
             new = _run_firsts(v)
             codes[by_value, i] = np.cumsum(new, dtype=np.int32) - 1

@@ -66,9 +66,7 @@ class Partitioner:
         starts = np.cumsum(sizes) - sizes
         ranks = np.empty_like(self.ranks)
         for j in range(self.ranks.shape[1]):
-            by_value = np.empty(len(group), dtype=np.int64)
-            by_value[self.ranks[:, j]] = np.arange(len(group))
-            by_value = by_value[stable_argsort(group[by_value])]     # by group, then value
+            by_value = self.value_order(j, group)     # by group, then value
             ranks[by_value, j] = np.arange(len(group)) - starts[group[by_value]]
         return [self.subset(rows, ranks[rows]) for rows in groups]
 
@@ -123,6 +121,14 @@ class Partitioner:
             list(pmap(sort, range(d)))
             self.ranks = ranks
         return self.ranks if j is None else self.ranks[:, j]
+
+    def value_order(self, j: int, group: np.ndarray | None = None) -> np.ndarray:
+        """The rows in the order of QI j (the inverse of :meth:`ranks_of`); with ``group``
+        (a label per row), regrouped stably by label: the rows by (label, order of QI j)."""
+        n = len(self.codes)
+        by_value = np.empty(n, dtype=np.int64)
+        by_value[self.ranks_of(j)] = np.arange(n)
+        return by_value if group is None else by_value[stable_argsort(group[by_value])]
 
     def span(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Normalized span of QI j over parts with smallest values ``lo`` and largest ``hi``:
