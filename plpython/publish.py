@@ -143,7 +143,9 @@ def keys_sql(table, key, keys, result, into: Into | None = None):
         types.append("int8[]" if integer else "text[]")
     # UNLOGGED: derived data, rebuilt by rerunning; skipping WAL halves the write.
     # (unnest in the select list streams; in FROM it would first materialize the rows)
-    ec = pack.sql("ec", words) if into is None else "(%d::int8 + %s)" % (into.offset, pack.sql("ec", words))
+    ec = pack.sql("ec", words)
+    if into is not None:        # class ids from the part's offset
+        ec = "(%d::pg_catalog.int8 OPERATOR(pg_catalog.+) %s)" % (into.offset, ec)
     select = "SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, %s AS ec_id FROM (SELECT %s) AS u" % (
         key_expr, key.col["type"], pack.sql("bucket", words), ec, ", ".join(columns))
     sql = "CREATE UNLOGGED TABLE %s AS %s" % (table, select) if into is None else into.write("_keys", select, True)
