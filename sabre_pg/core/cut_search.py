@@ -46,7 +46,7 @@ import weakref
 
 import numpy as np
 
-from .mondrian import Partitioner, _stratified_cut, against_table
+from .mondrian import Partitioner, _stratified_cut, against_table, integer_offsets
 
 __all__ = ["cut_search", "QUANTILES", "SEARCH"]
 
@@ -221,6 +221,11 @@ class _DenseQIs:
         codes = np.empty((n, d), dtype=np.int32, order="F")
 
         def column(i):          # a column at a time: contiguous writes
+            offsets = integer_offsets(p.columns[:, i])
+            if offsets is not None and offsets.max() <= 4 * n:
+                present = np.bincount(offsets) > 0       # integer values: codes by a lookup
+                codes[:, i] = (np.cumsum(present, dtype=np.int32) - 1)[offsets]
+                return p.columns[:, i].min() + np.flatnonzero(present)
             by_value = p.value_order(i)
             v = p.columns[by_value, i]   # the values in order
             new = _run_firsts(v)
