@@ -175,16 +175,19 @@ def _split_segments(orders, owner, right, pmap=map) -> list:
     first = _run_firsts(owner)
     start = np.flatnonzero(first)
     segment = np.cumsum(first) - 1
+    # a partition's right rows are the same in every order
+    n_right = np.add.reduceat(right[orders[0]].view(bool), start, dtype=np.int64) if len(start) else \
+        np.zeros(0, np.int64)
+    right_before = np.cumsum(n_right) - n_right        # right rows of the partitions before
+    left_to = np.cumsum(np.diff(start, append=len(owner)) - n_right)    # left rows up to its own
 
     def split(o):
         r = right[o].view(bool)
-        n_right = np.add.reduceat(r, start, dtype=np.int64) if len(start) else np.zeros(0, np.int64)
-        n_left = np.diff(start, append=len(owner)) - n_right
         out = np.empty_like(o)
         at = np.flatnonzero(~r)
-        out[np.arange(len(at)) + (np.cumsum(n_right) - n_right)[segment[at]]] = o[at]
+        out[np.arange(len(at)) + right_before[segment[at]]] = o[at]
         at = np.flatnonzero(r)
-        out[np.arange(len(at)) + np.cumsum(n_left)[segment[at]]] = o[at]
+        out[np.arange(len(at)) + left_to[segment[at]]] = o[at]
         return out
 
     return list(pmap(split, orders))
@@ -261,7 +264,6 @@ class _SortedPartitions:
             self.strat_left[strat] = _stratified_cut(p.codes[rows[strat]], owner[strat], len(sizes))
         self.n_left = np.bincount(owner[strat], weights=self.strat_left[strat], minlength=len(sizes))
         self._running = None
-        self._leaves = None      # categorical QI: leaf per row, partitions' lowest leaves...
         self._change_at = None   # see _changes
         self._column = None      # the rows' values of QI j (_changes, _snap)
 
@@ -299,7 +301,7 @@ class _SortedPartitions:
     def column(self, p) -> np.ndarray:
         """The value of QI j of every row (in this order), gathered once."""
         if self._column is None:
-            self._column = p.columns[self.rows, self.j]
+            self._column = np.take(p.columns[:, self.j], self.rows)
         return self._column
 
     def _changes(self, p):
@@ -412,18 +414,16 @@ class _SortedPartitions:
     def _snap(self, p, q, pos):
         """``pos`` (one column per partition of ``q``) moved to the boundary between children
         of the partition's lowest common ancestor that holds the row at ``pos`` (a
-        categorical QI with a hierarchy)."""
+        categorical QI with a hierarchy): the partition's first row at or past the boundary
+        leaf, found by a binary search inside its segment (the rows are sorted by leaf)."""
         h = p.qis[self.j].hierarchy
-        if self._leaves is None:
-            v = self.column(p).astype(np.int64)
-            lo, hi = v[self.starts[q]], v[self.starts[q] + self.sizes[q] - 1]
-            width = h.n_leaves + 1
-            self._leaves = (v, lo, np.maximum(h.lca_level(lo, hi) - 1, 0), self.owner * width + v)
-        v, lo, below, keys = self._leaves
-        child = h.anc[v[self.starts[q] + pos], below]
+        v = self.column(p)
+        first, last = self.starts[q], self.starts[q] + self.sizes[q]
+        lo, hi = v[first].astype(np.int64), v[last - 1].astype(np.int64)
+        child = h.anc[v[first + pos].astype(np.int64), np.maximum(h.lca_level(lo, hi) - 1, 0)]
         bound = np.where(h.lo[child] > lo, h.lo[child], h.hi[child])
-        idx = np.searchsorted(keys, q * (h.n_leaves + 1) + bound)
-        return _clipped(idx - self.starts[q], p.k, self.sizes[q] - p.k)
+        idx = _lower_bound(v, np.broadcast_to(first, bound.shape), np.broadcast_to(last, bound.shape), bound)
+        return _clipped(idx - first, p.k, self.sizes[q] - p.k)
 
     def row_groups(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
@@ -539,6 +539,21 @@ def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.nda
         e[exact.class_ids[keep]] = exact.emd[keep]
         return good[2 * pick] & good[2 * pick + 1], np.maximum(e[2 * pick], e[2 * pick + 1])
     return good[2 * pick] & good[2 * pick + 1]
+
+
+def _lower_bound(v, first, last, x) -> np.ndarray:
+    """Per query i, the first index in ``first[i] .. last[i] - 1`` where ``v`` (sorted there)
+    is >= ``x[i]``, else ``last[i]``: a binary search of all the queries at once, in
+    log2(longest range) steps over the queries only."""
+    lo, hi = first.astype(np.int64), last.astype(np.int64)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) >> 1
+        below = open_ & (v[np.minimum(mid, len(v) - 1)] < x)
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(open_ & ~below, mid, hi)
 
 
 def _clipped(a, lo, hi) -> np.ndarray:
