@@ -105,31 +105,38 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
 
 def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pmap=map):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
-    ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j);
-    ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs only or
-    without the stratified cut, and refused, is searched again in the next round on every
-    QI with the stratified cut (``wide``); refused then, it is final.  ``pmap`` runs the
-    per-QI work."""
+    ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j),
+    without the partitions whose QI j was found to have a single value (nor their parts: a
+    part's span is at most its partition's; census-like data, 1M rows: half of the rows'
+    orders); ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs
+    only or without the stratified cut, and refused, is searched again in the next round on
+    every QI with the stratified cut (``wide``); refused then, it is final.  ``pmap`` runs
+    the per-QI work."""
     sizes = counts = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
-    owner = part[orders[0]]      # the same in every order: the same rows, grouped by partition
-    keep = live[owner]
-    if not keep.all():
-        orders, owner = [o[keep] for o in orders], owner[keep]
-    if not len(orders[0]):
+    owners = list(pmap(part.__getitem__, orders))
+    spans = _spans(p, orders, owners, n_parts)
+    every = live[:, None] & (spans > 0)
+
+    def kept(j):                # the rows of live partitions with a span on QI j
+        keep = every[owners[j], j]
+        return (orders[j], owners[j]) if keep.all() else (orders[j][keep], owners[j][keep])
+
+    orders, owners = (list(x) for x in zip(*pmap(kept, range(len(orders))))) if orders else ([], [])
+    if not live.any():
         return part, n_parts, final, wide, orders
     sizes = np.where(live, sizes, 0)
-    searched, every = _widest(p, orders, sizes, setting[0], setting[2])
+    searched = _widest(spans, every, sizes, setting[0], setting[2])
     searched |= every & wide[:, None]
     stratified = wide | (setting[4] if len(setting) > 4 else True)
     narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
 
     def sorted_by(j):           # the partitions searched on QI j, and their candidate cuts
-        sel = searched[owner, j]
+        sel = searched[owners[j], j]
         if not sel.any():
             return None
-        rows, own = (orders[j], owner) if sel.all() else (orders[j][sel], owner[sel])
+        rows, own = (orders[j], owners[j]) if sel.all() else (orders[j][sel], owners[j][sel])
         s = _SortedPartitions(p, rows, own, j, np.where(searched[:, j], sizes, 0),
                               setting[1], setting[3], stratified)
         return s, s.candidates(p)
@@ -163,25 +170,23 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     slots[:, 0] = wide
     wide = slots.ravel()[used]
     new_id = renumber[3 * np.arange(n_parts) + has]
+    n_right = np.bincount(part, weights=right, minlength=n_parts).astype(np.int64)
     part = new_id[part] + (has[part] & (right > 0))
-    return part, len(used), final, wide, _split_segments(orders, owner, right, pmap)
+    return part, len(used), final, wide, _split_segments(orders, owners, right, counts, n_right, pmap)
 
 
-def _split_segments(orders, owner, right, pmap=map) -> list:
-    """Every order (rows grouped by partition ``owner``) with each partition's rows split
-    stably, those with ``right[row] == 0`` first: value order is kept inside both parts, in
-    linear time (no sort).  The j-th left row of the order goes to j plus the right rows of
-    the partitions before its own; the j-th right row to j plus the left rows up to its own."""
-    first = _run_firsts(owner)
-    start = np.flatnonzero(first)
-    segment = np.cumsum(first) - 1
-    # a partition's right rows are the same in every order
-    n_right = np.add.reduceat(right[orders[0]].view(bool), start, dtype=np.int64) if len(start) else \
-        np.zeros(0, np.int64)
-    right_before = np.cumsum(n_right) - n_right        # right rows of the partitions before
-    left_to = np.cumsum(np.diff(start, append=len(owner)) - n_right)    # left rows up to its own
-
-    def split(o):
+def _split_segments(orders, owners, right, sizes, n_right, pmap=map) -> list:
+    """Every order (rows grouped by partition: ``owners``, each partition with all of its
+    ``sizes`` rows) with each partition's rows split stably, those with ``right[row] == 0``
+    first (``n_right`` of them are not): value order is kept inside both parts, in linear
+    time (no sort).  The j-th left row of the order goes to j plus the right rows of the
+    partitions before its own; the j-th right row to j plus the left rows up to its own."""
+    def split(o, owner):
+        first = _run_firsts(owner)
+        segment = np.cumsum(first) - 1
+        q = owner[first]
+        right_before = np.cumsum(n_right[q]) - n_right[q]       # right rows of the partitions before
+        left_to = np.cumsum(sizes[q] - n_right[q])              # left rows up to its own
         r = right[o].view(bool)
         out = np.empty_like(o)
         at = np.flatnonzero(~r)
@@ -190,25 +195,30 @@ def _split_segments(orders, owner, right, pmap=map) -> list:
         out[np.arange(len(at)) + left_to[segment[at]]] = o[at]
         return out
 
-    return list(pmap(split, orders))
+    return list(pmap(split, orders, owners))
 
 
-def _widest(p, orders, sizes, count, small):
+def _spans(p, orders, owners, n_parts) -> np.ndarray:
+    """(partitions x QIs) normalized span of each partition present in the QI's order (the
+    ends of its segment are its smallest and largest values); 0 where it is absent."""
+    spans = np.zeros((n_parts, len(orders)))
+    for j, (o, owner) in enumerate(zip(orders, owners)):
+        if len(o):
+            first = _run_firsts(owner)
+            start = np.flatnonzero(first)
+            end = np.append(start[1:], len(o)) - 1
+            spans[owner[start], j] = p.span(j, p.columns[o[start], j], p.columns[o[end], j])
+    return spans
+
+
+def _widest(spans, every, sizes, count, small):
     """(partitions x QIs) whether the partition's cuts are searched on the QI: every QI with
-    a span > 0, or in a partition of fewer than ``small`` rows its ``count`` widest QIs by
-    normalized span (count None: every QI); and whether the span is > 0.  The ends of a
-    partition's segment in a QI's order are its smallest and largest values."""
-    d = len(orders)
-    q = np.flatnonzero(sizes)
-    starts = np.cumsum(sizes) - sizes
-    spans = np.zeros((len(sizes), d))
-    for j, o in enumerate(orders):
-        spans[q, j] = p.span(j, p.columns[o[starts[q]], j], p.columns[o[starts[q] + sizes[q] - 1], j])
-    wide = spans > 0
-    if count is None or count >= d:
-        return wide.copy(), wide
+    a span > 0 (``every``), or in a partition of fewer than ``small`` rows its ``count``
+    widest QIs by normalized span (count None: every QI)."""
+    if count is None or count >= spans.shape[1]:
+        return every.copy()
     rank = np.argsort(np.argsort(-spans, axis=1, kind="stable"), axis=1, kind="stable")
-    return wide & ((rank < count) | (sizes >= small)[:, None]), wide
+    return every & ((rank < count) | (sizes >= small)[:, None])
 
 
 class _DenseQIs:
