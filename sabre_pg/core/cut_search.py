@@ -23,15 +23,20 @@ Scores come from segment reductions: the candidate positions split a partition i
 ``np.minimum/maximum.reduceat`` give every segment's smallest and largest value of every QI
 (on dense integer codes of the values, :class:`_DenseQIs`), running ones over the segments
 both parts' spans -- O(n d) per QI searched and round.  The setting (:data:`SEARCH`,
-``options.search``) bounds the work: 'fast' searches a partition of fewer than 128 rows on
-its widest QI (normalized span) and scores a partition of more than 8192 rows on a sample of
-its rows; a refused partition is searched once more, on every QI and with the stratified
-cut, before it becomes a class.  'thorough' searches every QI, the stratified cut included,
-with a grid of 64 on every row.  (The widest QI alone under 128 rows, against the two widest
-under 256: AIL lower in 17 of the 24 census-like configurations at 100k (up to 7 points
-further below t-Mondrian), equal in 5, at most 0.0002 higher in 2; 1M rows, t = 0.35,
-k = 6: 0.0248 against 0.0296; Adult 0.2976 against 0.2978.  The widest QI alone under 256
-rows made Adult 0.3005, under 1024 0.311.)
+``options.search``) bounds the work: 'fast' searches a partition of fewer than 128 rows, or
+of less than 1/256 of the table (:data:`SMALL_SHARE`), on its widest QI (normalized span)
+and scores a partition of more than 8192 rows on a sample of its rows; a refused partition
+is searched once more, on every QI and with the stratified cut, before it becomes a class.
+Every QI is thus searched in the top 8 levels of the partition tree, where a cut moves many
+rows, and the widest below (Mondrian's rule).  'thorough' searches every QI, the stratified
+cut included, with a grid of 64 on every row.  (The widest QI alone under 128 rows, against
+the two widest under 256: AIL lower in 17 of the 24 census-like configurations at 100k (up
+to 7 points further below t-Mondrian), equal in 5, at most 0.0002 higher in 2; 1M rows,
+t = 0.35, k = 6: 0.0248 against 0.0296; Adult 0.2976 against 0.2978.  The widest QI alone
+under 256 rows made Adult 0.3005, under 1024 0.311.  Under 1/256 of the table as well:
+Adult unchanged (117 rows < 128); census-like 100k (390 rows): AIL lower in 16 of 24, equal
+in 4, 1.7% higher in 4 (flat SA, t = 0.25), 17-34% below t-Mondrian; 1M (3,906 rows):
+0.0169 against 0.0248.)
 
 The score of a cut is the summed information loss of its rows after it, ``|L| IL(L) + |R|
 IL(R)`` (IL as the metrics define it: the mean normalized span over the QIs, a categorical
@@ -59,6 +64,7 @@ GROUP_CELLS = 1 << 22      # (group, SA code) cells counted at once by a check's
 # sample: rows scoring a larger partition's cuts, 0 all[, stratify_first: the stratified cut
 # is a candidate in a partition's first search too, not only in its retry; default True])
 SEARCH = {"fast": (1, 16, 128, 8192, False), "thorough": (None, 64, 0, 0, True)}
+SMALL_SHARE = 256        # a partition is also small below 1/256 of the table's rows
 
 
 def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
@@ -85,6 +91,8 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     if search not in SEARCH:
         raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
     setting = SEARCH[search] if stratify_first is None else SEARCH[search][:4] + (stratify_first,)
+    if setting[2]:                  # the table's rows (a subset's Partitioner keeps its table's counts)
+        setting = setting[:2] + (max(setting[2], int(p.table_counts.sum()) // SMALL_SHARE),) + setting[3:]
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)
