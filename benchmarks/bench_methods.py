@@ -14,8 +14,7 @@ The t sweep is t in {0.15, 0.25, 0.35} by k in {2, 6, 10, 20}.
       # partition-first: t-Mondrian parts of >= 1024 (256, 4096) rows, SABRE-AK inside
 
 Seconds are wall time and, in brackets, the process's CPU time (the machine is shared).
-'refine' runs in ``--threads`` threads (default: the server's default on this machine, 1 +
-max_parallel_workers_per_gather's default 2, at most the cores; 1: one thread).
+'refine' runs in ``--threads`` threads (default 1, the server's default).
 
 Adult is read from ``$SABRE_DATA`` (default: ../shared/data beside the project)/adult with its ARX hierarchies.
 """
@@ -23,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 import time
 from pathlib import Path
@@ -129,8 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--flat", action="store_true", help="census: salary as a flat categorical SA")
     ap.add_argument("--methods", default=None, help="default: ak,knn,mondrian,refine (speed: ak,refine)")
-    ap.add_argument("--threads", type=int, default=min(3, os.cpu_count() or 1),
-                    help="threads of 'refine' (default: the server's default here)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of 'refine' (default 1, the server's default)")
     a = ap.parse_args(argv)
     methods = (a.methods or ("ak,refine" if a.data == "speed" else "ak,knn,mondrian,refine")).split(",")
     if a.data == "adult":
