@@ -304,3 +304,63 @@ def test_subsets_rank_as_one_subset_each():
         one = p.subset(rows)
         assert np.array_equal(sub.ranks, one.ranks) and np.array_equal(sub.columns, one.columns)
         assert np.array_equal(sub.codes, one.codes)
+
+
+def test_orders_keep_only_partitions_where_the_qi_can_be_cut(monkeypatch):
+    """After every round, QI j's order holds exactly the rows of the partitions still searched
+    whose QI j has more than one value, grouped by partition and sorted by value inside each
+    (ties by row): a partition whose QI j has one value is never cut on j again."""
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(4_000, seed=7)
+    p = Partitioner(qis, codes, dom, 0.3, 5)
+    seen, dropped = [], [0]
+    round_ = CS._search_round
+
+    def checked(p, part, n_parts, final, wide, orders, *args):
+        out = round_(p, part, n_parts, final, wide, orders, *args)
+        new_part, new_n, new_final, _, new_orders = out
+        sizes = np.bincount(new_part, minlength=new_n)
+        for j, o in enumerate(new_orders):
+            owner = new_part[o]
+            assert (np.diff(owner) >= 0).all()          # grouped by partition
+            values = p.columns[o, j]
+            same = owner[1:] == owner[:-1]
+            assert (np.diff(values)[same] >= 0).all()   # by value inside a partition
+            present = np.unique(owner)
+            assert (np.bincount(owner, minlength=new_n)[present] == sizes[present]).all()
+            # every partition left out of order j is final, or has one value of QI j
+            for q in np.setdiff1d(np.arange(new_n), present):
+                assert new_final[q] or np.ptp(p.columns[new_part == q, j]) == 0
+                dropped[0] += not new_final[q]
+        seen.append(len(new_orders[0]))
+        return out
+
+    monkeypatch.setattr(CS, "_search_round", checked)
+    ec = CS.cut_search(p, np.zeros(len(codes), dtype=np.int64))
+    assert len(seen) > 5 and dropped[0] > 0
+    exact = X.domain_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom)
+    assert exact.violations(0.3, 5) == 0
+
+
+@pytest.mark.parametrize("rows, small", [(20_000, 128), (65_536, 256)])
+def test_fast_searches_every_qi_only_above_one_256th_of_the_table(rows, small, monkeypatch):
+    """'fast' searches a partition on its widest QI when it has fewer than 128 rows or less
+    than 1/256 of the table (every QI above); a subset searched apart (threads) keeps the
+    whole table's threshold."""
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(rows, seed=2)
+    used = set()
+    widest = CS._widest
+    monkeypatch.setattr(CS, "_widest", lambda spans, every, sizes, count, s: used.add((count, s)) or
+                        widest(spans, every, sizes, count, s))
+    p = Partitioner(qis, codes, dom, 0.3, 5)
+    CS.cut_search(p, np.zeros(rows, dtype=np.int64), max_rounds=2)
+    assert used == {(1, small)}
+    used.clear()
+    CS.cut_search(p.subset(np.arange(rows // 3)), np.zeros(rows // 3, dtype=np.int64), max_rounds=1)
+    assert used == {(1, small)}
+    used.clear()
+    CS.cut_search(p, np.zeros(rows, dtype=np.int64), search="thorough", max_rounds=1)
+    assert used == {(None, 0)}
