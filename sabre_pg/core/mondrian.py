@@ -178,18 +178,23 @@ class Partitioner:
         rows = np.flatnonzero(part >= 0)
         return self.group_spans(rows, part[rows], n_parts)
 
-    def group_spans(self, rows: np.ndarray, labels: np.ndarray, n_groups: int) -> np.ndarray:
+    def group_spans(self, rows: np.ndarray, labels: np.ndarray, n_groups: int, single: bool = False):
         """Normalized span of every QI in every group (n_groups x d) of ``rows`` labelled
-        ``labels`` (0..n_groups-1); a group without rows spans 0."""
+        ``labels`` (0..n_groups-1); a group without rows spans 0.  With ``single``, also
+        (n_groups x d) whether the group has one value of the QI (True for a group without
+        rows)."""
         order = rows[stable_argsort(labels)]
         sizes = np.bincount(labels, minlength=n_groups)
         present = np.flatnonzero(sizes)
         starts = (np.cumsum(sizes) - sizes)[present]
         out = np.zeros((n_groups, len(self.qis)))
+        one = np.ones((n_groups, len(self.qis)), dtype=bool)
         for j in range(len(self.qis)):
             v = self.columns[:, j][order]
-            out[present, j] = self.span(j, np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts))
-        return out
+            lo, hi = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
+            out[present, j] = self.span(j, lo, hi)
+            one[present, j] = lo == hi
+        return (out, one) if single else out
 
     def add_sa(self, sa_codes: np.ndarray, domain: SADomain, t: float) -> None:
         """Another SA every part must also be t-close on, with its own t (several SAs,

@@ -189,19 +189,7 @@ def rescue_round(p: Partitioner, ec: np.ndarray, todo: np.ndarray) -> tuple[np.n
     counts = np.bincount(owner * m + codes, minlength=len(q) * m).reshape(len(q), m)
     left_counts = balanced_halves(counts, p.domain, p.table_counts / p.table_counts.sum(), p.t)
     n_left = left_counts.sum(axis=1)
-    best, right = np.full(len(q), np.inf), np.zeros(len(rows), dtype=bool)
-    group = owner * m + codes
-    for j in range(len(p.qis)):
-        order = _group_order(p, rows, group, j)
-        key = group[order]
-        r = np.empty(len(rows), dtype=bool)
-        r[order] = run_ranks(key) >= left_counts.reshape(-1)[key]
-        score = _summed_il(p, rows, 2 * owner + r, 2 * len(q))
-        score = score[0::2] + score[1::2]
-        better = score < best
-        best[better] = score[better]
-        right = np.where(better[owner], r, right)
-    own = _summed_il(p, rows, owner, len(q))
+    best, right, own = _best_halves(p, rows, owner, owner * m + codes, left_counts)
     want = (n_left >= k) & (sizes[q] - n_left >= k) & (best < own * (1 - 1e-12))
     label = np.where(want[owner], 2 * owner + right, -1)
     ids, ok = p.t_close(label[label >= 0], rows[label >= 0])
@@ -214,6 +202,38 @@ def rescue_round(p: Partitioner, ec: np.ndarray, todo: np.ndarray) -> tuple[np.n
     present = np.bincount(new, minlength=n_classes + 2 * len(q)) > 0
     halves = np.r_[np.zeros(n_classes, dtype=bool), np.ones(2 * len(q), dtype=bool)][present]
     return (np.cumsum(present) - 1)[new], halves
+
+
+def _best_halves(p: Partitioner, rows, owner, group, left_counts):
+    """(least summed IL of the halves, whether each row goes right in them, summed IL of the
+    class) of every class ``owner`` (0..Q-1) of ``rows``: each (class, SA value) ``group``'s
+    rows halved in the order of a QI, ``left_counts`` (Q x m) of them left, along the QI
+    where the halves' IL is least (the first such QI on ties).  A class's halves along a QI
+    with one value there follow the ties' order, the same for every such QI: they are scored
+    once, at the first of them (a later one never scores lower)."""
+    n_q = len(left_counts)
+    best, right = np.full(n_q, np.inf), np.zeros(len(rows), dtype=bool)
+    spans, single = p.group_spans(rows, owner, n_q, single=True)
+    first_single = np.where(single.any(axis=1), np.argmax(single, axis=1), -1)
+    for j in range(len(p.qis)):
+        use = ~single[:, j] | (first_single == j)
+        if not use.any():
+            continue
+        sub = None if use.all() else np.flatnonzero(use[owner])
+        rows_j, owner_j, group_j = (rows, owner, group) if sub is None else (rows[sub], owner[sub], group[sub])
+        order = _group_order(p, rows_j, group_j, j)
+        key = group_j[order]
+        r = np.empty(len(rows_j), dtype=bool)
+        r[order] = run_ranks(key) >= left_counts.reshape(-1)[key]
+        score = _summed_il(p, rows_j, 2 * owner_j + r, 2 * n_q)
+        score = np.where(use, score[0::2] + score[1::2], np.inf)
+        better = score < best
+        best[better] = score[better]
+        if sub is None:
+            right = np.where(better[owner], r, right)
+        else:
+            right[sub] = np.where(better[owner_j], r, right[sub])
+    return best, right, _il_of(p, spans, np.bincount(owner, minlength=n_q))
 
 
 def _group_order(p: Partitioner, rows, group, j) -> np.ndarray:
@@ -254,11 +274,15 @@ def _unions(ec, within, n_classes, offset) -> np.ndarray:
 
 def _summed_il(p: Partitioner, rows, label, n_labels) -> np.ndarray:
     """Summed IL (rows times mean normalized span) of each group ``label`` of ``rows``."""
-    spans = p.group_spans(rows, label, n_labels)
-    il = np.zeros(n_labels)
+    return _il_of(p, p.group_spans(rows, label, n_labels), np.bincount(label, minlength=n_labels))
+
+
+def _il_of(p: Partitioner, spans, sizes) -> np.ndarray:
+    """Summed IL of groups with ``spans`` (groups x QIs) and ``sizes`` rows."""
+    il = np.zeros(len(spans))
     for j in range(len(p.qis)):
         il += spans[:, j]
-    return il / len(p.qis) * np.bincount(label, minlength=n_labels)
+    return il / len(p.qis) * sizes
 
 
 def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: float) -> np.ndarray:

@@ -185,6 +185,71 @@ def test_rescue_keeps_every_class_t_close_and_lowers_il():
     assert R.rescue_round(p, plain, np.zeros(int(plain.max()) + 1, dtype=bool))[0] is plain
 
 
+def _best_halves_every_qi(p, rows, owner, group, left_counts):
+    """The rescue's halves as they were before single-valued QIs were scored once: every QI
+    scored on every class (the reference the shortcut must match)."""
+    from sabre_pg.core.cut_search import run_ranks
+    from sabre_pg.core import refine as R
+    n_q = len(left_counts)
+    best, right = np.full(n_q, np.inf), np.zeros(len(rows), dtype=bool)
+    for j in range(len(p.qis)):
+        order = R._group_order(p, rows, group, j)
+        r = np.empty(len(rows), dtype=bool)
+        r[order] = run_ranks(group[order]) >= left_counts.reshape(-1)[group[order]]
+        halves = R._summed_il(p, rows, 2 * owner + r, 2 * n_q)
+        better = halves[0::2] + halves[1::2] < best
+        best[better] = (halves[0::2] + halves[1::2])[better]
+        right = np.where(better[owner], r, right)
+    return best, right, R._summed_il(p, rows, owner, n_q)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_rescue_scores_single_valued_qis_once_with_the_same_halves(seed, monkeypatch):
+    """A class's halves along any QI with one value there are the same (the ties' order), so
+    the rescue scores them once: its classes are those of scoring every QI on every class,
+    on data where most classes have several single-valued QIs (and some none)."""
+    from sabre_pg.core.cut_search import cut_search
+    from sabre_pg.core.hierarchy import Hierarchy
+    from sabre_pg.core import refine as R
+    rng = np.random.default_rng(seed)
+    n = 6_000
+    a = rng.integers(0, 4, n).astype(np.float64)
+    b = (rng.random(n) < 0.03).astype(np.int64)           # one leaf in most classes
+    c = np.where(rng.random(n) < 0.985, 0, rng.integers(0, 5, n))
+    d = rng.integers(0, 3, n).astype(np.float64) + (rng.random(n) < 0.5) * rng.normal(size=n)
+    codes = np.clip(2 * a + rng.integers(-3, 4, n), 0, 9).astype(np.int64)
+    hb, hc = Hierarchy.flat(["b0", "b1"]), Hierarchy.flat(["c%d" % i for i in range(5)])
+    qis = [QuasiIdentifier("a", a), QuasiIdentifier("b", b, hb), QuasiIdentifier("c", c, hc),
+           QuasiIdentifier("d", d)]
+    p = Partitioner(qis, codes, SADomain("numerical", m=10), 0.2, 4)
+    ec = cut_search(p, np.zeros(n, dtype=np.int64))
+    todo = np.ones(int(ec.max()) + 1, dtype=bool)
+    single = p.group_spans(np.arange(n), ec, len(todo), single=True)[1][np.bincount(ec) >= 2 * p.k]
+    # classes with different QIs single-valued: the first of them is QI 0 in some, 1 in others
+    assert len({tuple(x) for x in single.tolist()}) >= 3 and single[:, 0].any() and not single[:, 0].all()
+    calls = []
+
+    def both(p, rows, owner, group, left_counts):
+        got, want = fast(p, rows, owner, group, left_counts), _best_halves_every_qi(p, rows, owner, group, left_counts)
+        assert all(np.array_equal(x, y) for x, y in zip(got, want))
+        calls.append(len(rows))
+        return got
+
+    fast = R._best_halves
+    monkeypatch.setattr(R, "_best_halves", both)
+    found = R.stratified_rescue(p, ec)
+    assert len(calls) >= 3 and int(found.max()) - int(ec.max()) > 20
+
+
+def test_group_spans_single_marks_groups_with_one_value():
+    qis = [QuasiIdentifier("x", np.array([1.0, 1.0, 2.0, 5.0])), QuasiIdentifier("y", np.array([3.0, 3.0, 3.0, 4.0]))]
+    p = Partitioner(qis, np.zeros(4, dtype=np.int64), SADomain("numerical", m=1), 1.0, 1)
+    spans, single = p.group_spans(np.arange(4), np.array([0, 0, 1, 1]), 3, single=True)
+    assert single.tolist() == [[True, True], [False, False], [True, True]]
+    assert np.array_equal(spans, p.group_spans(np.arange(4), np.array([0, 0, 1, 1]), 3))
+    assert spans[1].tolist() == [0.75, 1.0] and spans[0].tolist() == [0.0, 0.0]
+
+
 def test_merge_passes_lower_il_and_stay_t_close():
     """Merge passes keep a union's new classes only where its summed IL falls: never a higher
     AIL than without them (lower on this data), every class exactly t-close and k-anonymous;
