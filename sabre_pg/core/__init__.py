@@ -22,5 +22,6 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``fragments``             several SAs: the thesis's fragments (joint bucketization), sizing
 ``multi_sa``              several SAs, each with its own t: §7 merge, exact check and repair
 ``stopwatch``             ``PHASES`` and the ``Stopwatch`` that times them
+``pages``                 ``small_pages``: no huge-page advice for the engine's arrays
 ========================  =================================================
 """
