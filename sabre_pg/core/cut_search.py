@@ -255,7 +255,9 @@ class _DenseQIs:
 
         self.values = list(pmap(column, range(d)))
         most = max(len(v) for v in self.values)
-        self.block = np.ascontiguousarray(codes.astype(np.int16) if most <= np.iinfo(np.int16).max else codes)
+        small = codes.astype(np.int16, order="F") if most <= np.iinfo(np.int16).max else codes
+        self.columns = [small[:, i] for i in range(d)]      # contiguous: gathers of one QI
+        self.block = np.ascontiguousarray(small)
 
     @classmethod
     def of(cls, p, pmap=map) -> "_DenseQIs":
@@ -283,7 +285,7 @@ class _SortedPartitions:
         self.n_left = np.bincount(owner[strat], weights=self.strat_left[strat], minlength=len(sizes))
         self._running = None
         self._change_at = None   # see _changes
-        self._column = None      # the rows' values of QI j (_changes, _snap)
+        self._column = None      # the rows' dense codes of QI j (_changes, _snap)
 
     def candidates(self, p) -> dict:
         """Candidate cuts of every partition on this QI (arrays: owner, dim, pos, strat,
@@ -317,9 +319,11 @@ class _SortedPartitions:
                 "score": np.concatenate((scores, s_score))}
 
     def column(self, p) -> np.ndarray:
-        """The value of QI j of every row (in this order), gathered once."""
+        """The dense code of QI j (:class:`_DenseQIs`: equal and ordered as the values) of
+        every row (in this order), gathered once from a contiguous column of 2-byte codes
+        (a quarter of the values' bytes)."""
         if self._column is None:
-            self._column = np.take(p.columns[:, self.j], self.rows)
+            self._column = np.take(_DenseQIs.of(p).columns[self.j], self.rows)
         return self._column
 
     def _changes(self, p):
@@ -435,11 +439,11 @@ class _SortedPartitions:
         categorical QI with a hierarchy): the partition's first row at or past the boundary
         leaf, found by a binary search inside its segment (the rows are sorted by leaf)."""
         h = p.qis[self.j].hierarchy
-        v = self.column(p)
+        v, leaf = self.column(p), _DenseQIs.of(p).values[self.j].astype(np.int64)     # code -> leaf
         first, last = self.starts[q], self.starts[q] + self.sizes[q]
-        lo, hi = v[first].astype(np.int64), v[last - 1].astype(np.int64)
-        child = h.anc[v[first + pos].astype(np.int64), np.maximum(h.lca_level(lo, hi) - 1, 0)]
-        bound = np.where(h.lo[child] > lo, h.lo[child], h.hi[child])
+        lo, hi = leaf[v[first]], leaf[v[last - 1]]
+        child = h.anc[leaf[v[first + pos]], np.maximum(h.lca_level(lo, hi) - 1, 0)]
+        bound = np.searchsorted(leaf, np.where(h.lo[child] > lo, h.lo[child], h.hi[child]))   # as a code
         idx = _lower_bound(v, np.broadcast_to(first, bound.shape), np.broadcast_to(last, bound.shape), bound)
         return _clipped(idx - first, p.k, self.sizes[q] - p.k)
 
