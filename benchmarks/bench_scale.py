@@ -3,7 +3,7 @@
 
 For each size in ``--rows`` (default 1000000,10000000) the census-like table
 ``public.bench_census_<rows>`` is generated as ``bench_db.py`` does (reused when present), then
-``--method`` (default 'ak', SABRE-AK, the product's default; or 'refine', 'mondrian', 'knn') with t = 0.35, k = 6,
+``--method`` (default 'refine', the product's default; or 'ak', 'mondrian', 'knn') with t = 0.35, k = 6,
 the 7 QIs and SA salary runs partitioned into
 the smallest power of two of parts >= rows / ``--part-rows``:
 
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--modes", default="server,client")
     parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--method", default="ak", help="ak (default), refine, mondrian or knn")
+    parser.add_argument("--method", default="refine", help="refine (default), ak, mondrian or knn")
     o = parser.parse_args(argv)
     sizes = [int(x.replace("_", "")) for x in o.rows.split(",") if x.strip()]
     modes = [m for m in o.modes.split(",") if m]

@@ -197,9 +197,9 @@ def sensitive_thresholds(sensitive, t) -> tuple:
 def check_method(method):
     if method not in METHODS:
         raise E.invalid_parameter("unknown method %s" % json.dumps(method),
-                                  "Use method => 'ak' (SABRE-AK, Hilbert curve), 'knn' (SABRE-KNN, "
-                                  "exact nearest neighbours), 'mondrian' (t-Mondrian) or 'refine' (t-Mondrian with "
-                                  "a searched t-close cut).")
+                                  "Use method => 'refine' (the default: t-Mondrian with a searched t-close cut), "
+                                  "'ak' (SABRE-AK, Hilbert curve), 'knn' (SABRE-KNN, exact nearest neighbours) or "
+                                  "'mondrian' (t-Mondrian).")
 
 
 def _choice(opts, name, default, allowed, hint):

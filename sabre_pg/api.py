@@ -243,7 +243,7 @@ def _chunks(bind, relation: str, size: int) -> Iterator:
 
 
 def anonymize(bind, source, quasi_identifiers: Sequence[str], sensitive: str, t: float, k: int = 1,
-              method: str = "ak", output: str | None = None, hierarchies: dict[str, str] | None = None,
+              method: str = "refine", output: str | None = None, hierarchies: dict[str, str] | None = None,
               options: dict | None = None, *, schema: str = DEFAULT_SCHEMA,
               progress: Callable[[dict], None] | None = None) -> Run:
     """``sabre_anonymize``: a t-close, k-anonymous copy of ``source`` (docs/anonymize.md).
@@ -293,7 +293,7 @@ def _run(bind, name, row, source_name, sensitive, t, k, method, opts, schema) ->
 
 
 def anonymize_partitioned(dsn: str, source: str, quasi_identifiers: Sequence[str], sensitive: str, t: float,
-                          k: int = 1, method: str = "ak", output: str | None = None,
+                          k: int = 1, method: str = "refine", output: str | None = None,
                           hierarchies: dict[str, str] | None = None, options: dict | None = None, *,
                           partitions: int, parallel: int = 2, schema: str = DEFAULT_SCHEMA,
                           on_part: Callable[[dict], None] | None = None) -> Run:

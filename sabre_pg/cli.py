@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sensitive", required=True, metavar="COLUMN", help="the sensitive attribute")
     p.add_argument("-t", type=float, required=True, help="t-closeness threshold (0 < t <= 1)")
     p.add_argument("-k", type=int, default=1, help="k-anonymity (default: 1)")
-    p.add_argument("--method", choices=["ak", "knn"], default="ak", help="default: ak")
+    p.add_argument("--method", choices=["refine", "ak", "knn", "mondrian"], default="refine",
+                   help="default: refine (t-Mondrian with searched cuts); ak, knn: the paper's SABRE-AK, SABRE-KNN")
     p.add_argument("--output", help="output relation (default: <source>_sabre beside the source)")
     p.add_argument("--hierarchy", action="append", default=[], metavar="COLUMN=NAME",
                    help="a column's hierarchy (options.hierarchies); repeatable")

@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_partitions(
     sensitive         text,
     t                 double precision,
     k                 integer DEFAULT 1,
-    method            text DEFAULT 'ak',
+    method            text DEFAULT 'refine',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb,
     stage_rows        boolean DEFAULT false)

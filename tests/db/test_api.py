@@ -81,7 +81,7 @@ def test_engine_round_trip(engine, census, pg_conn):
     history = sabre_pg.runs(engine)
     assert history.loc[0, "run_id"] == run.run_id and history.loc[0, "status"] == "done"
     assert "sabre_pg.Run %d" % run.run_id in repr(run) and "census_sabre" in repr(run)
-    assert "<table>" in run._repr_html_() and "SABRE-AK" in run._repr_html_()
+    assert "<table>" in run._repr_html_() and "SABRE-REFINE" in run._repr_html_()     # the default method
 
 
 def test_psycopg_connection_and_dsn(pg_conn, pg_dsn, census):
@@ -138,7 +138,7 @@ def test_progress_callback(pg_conn, census):
     sabre_pg.anonymize(pg_conn, "census", ["age", "sex"], "salary", t=0.3, k=4, progress=events.append)
     starts = [e["phase"] for e in events if e["event"] == "start"]
     assert starts[:3] == ["validate", "summary", "bucketize"] and starts[-1] == "swap"
-    assert {"read", "takeout", "check"} <= set(starts)
+    assert {"read", "refine", "check"} <= set(starts)          # the default method's phases
     ends = [e for e in events if e["event"] == "end"]
     assert len(ends) == len(starts) and all(e["seconds"] >= 0 for e in ends)
     assert all(e["what"] == "anonymize" and e["steps"] == STEPS for e in events)
