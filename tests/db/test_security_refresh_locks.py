@@ -104,9 +104,9 @@ def test_superuser_refresh_of_an_analysts_output_runs_nothing_of_it(roles):
 
 
 def test_refresh_rechecks_that_the_owner_can_still_read_the_source(roles):
-    """A data owner's view (an IMMUTABLE function in its filter, which the planner would
-    evaluate before the executor checks privileges) read by an analyst who has since lost
-    SELECT on it: the refresh fails with 42501 before any query reaches the view."""
+    """A data owner's view (an IMMUTABLE function in its filter, which counts its calls) read
+    by an analyst who has since lost SELECT on it: the refresh fails with sabre's own 42501
+    before any query reaches the view; a dropped source gets 42P01."""
     dba, alice, owner = roles["dba"], roles["sec_alice"], roles["sec_owner"]
     owner.execute("CREATE SEQUENCE owner_data.planned")
     owner.execute("GRANT USAGE ON SEQUENCE owner_data.planned TO PUBLIC")
