@@ -145,10 +145,16 @@ def refresh(plpy, output):
     if output is None:
         raise E.null_not_allowed("output must not be NULL", "Pass the output's qualified name.")
     run = recorded_run(plpy, output)
+    several = len(run["sensitive_attributes"] or ()) > 1
+    # a run of several SAs reruns the array form with every SA and its own t; the result row
+    # gives the first SA's max EMD, as sabre.runs.max_emd does
+    sensitive, t = ((run["sensitive_attributes"], run["t_values"]) if several else (run["sensitive"], run["t"]))
     rows = plpy.execute(plpy.prepare(
         "SELECT * FROM %s($1, NULL, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize_impl"),
-        ["oid", "text[]", "text", "float8", "int4", "text", "text", "text"]),
-        [run["source_oid"], run["quasi_identifiers"], run["sensitive"], run["t"], run["k"], run["method"],
+        ["oid", "text[]", "text[]" if several else "text", "float8[]" if several else "float8", "int4", "text",
+         "text", "text"]),
+        [run["source_oid"], run["quasi_identifiers"], sensitive, t, run["k"], run["method"],
          run["output_name"], run["options"]])
-    return [tuple(r[c] for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail",
-                                 "seconds")) for r in rows]
+    return [tuple((r[c][0] if several and c == "max_emd" else r[c])
+                  for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail", "seconds"))
+            for r in rows]
