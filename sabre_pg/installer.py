@@ -559,7 +559,9 @@ DBA_GRANTS = {"schema": ("USAGE",), "relation hierarchies": _HIERARCHY_EDITING,
               "relation hierarchy_rows": _HIERARCHY_EDITING}
 
 # The catalog fingerprint: one row per object of the schema whose oid is %(nsp)s, and per
-# part of one (column, constraint, trigger, rule, policy) and per cast on one of its types:
+# part of one (column, constraint, trigger, rule, policy) and per cast on one of its types
+# (the internal triggers that enforce a constraint, with their enabled state, are the
+# constraint's, since their names carry OIDs):
 # (kind, name relative to the schema, owner oid or NULL for parts, ACL items
 # "grantee=privilege[*]" with the owner written "owner", attributes as jsonb). It reads
 # pg_catalog alone: nothing of the schema it describes runs. Run it with search_path =
@@ -639,17 +641,22 @@ UNION ALL
 SELECT 'constraint', coalesce(c.relname, t.typname)::text || '.' || k.conname::text, NULL::oid, {_NO_ACL},
        jsonb_build_object('definition', pg_get_constraintdef(k.oid), 'type', k.contype::text,
            'deferrable', k.condeferrable, 'deferred', k.condeferred, 'validated', k.convalidated,
-           'index', k.conindid::regclass::text, 'comment', obj_description(k.oid, 'pg_constraint'))
+           'index', k.conindid::regclass::text, 'comment', obj_description(k.oid, 'pg_constraint'),
+           'internal_triggers', (SELECT array_agg(t.tgrelid::regclass::text || ' ' || f.proname::text || ' '
+                                                  || t.tgtype::text || ' enabled=' || t.tgenabled::text ORDER BY 1)
+                                 FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid
+                                 WHERE t.tgconstraint = k.oid AND t.tgisinternal))
 FROM pg_constraint k LEFT JOIN pg_class c ON c.oid = k.conrelid LEFT JOIN pg_type t ON t.oid = k.contypid
 WHERE k.connamespace = %(nsp)s
 UNION ALL
-SELECT 'trigger', c.relname::text || '.' || CASE WHEN t.tgisinternal
-           THEN 'internal ' || coalesce(k.conname::text, '-') || ' ' || t.tgfoid::regproc::text || ' ' || t.tgtype::text
+SELECT 'trigger', c.relname::text || '.' || CASE WHEN t.tgisinternal  -- of a constraint of another schema
+           THEN (SELECT 'internal ' || f.proname::text FROM pg_proc f WHERE f.oid = t.tgfoid) || ' of constraint '
+                || coalesce(k.conrelid::regclass::text || '.', '') || coalesce(k.conname::text, '')
            ELSE t.tgname::text END, NULL::oid, {_NO_ACL},
-       jsonb_build_object('definition', CASE WHEN NOT t.tgisinternal THEN pg_get_triggerdef(t.oid) END,
-           'enabled', t.tgenabled::text, 'comment', obj_description(t.oid, 'pg_trigger'))
+       jsonb_build_object('definition', pg_get_triggerdef(t.oid), 'enabled', t.tgenabled::text,
+           'comment', obj_description(t.oid, 'pg_trigger'))
 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid LEFT JOIN pg_constraint k ON k.oid = t.tgconstraint
-WHERE c.relnamespace = %(nsp)s
+WHERE c.relnamespace = %(nsp)s AND NOT (t.tgisinternal AND k.connamespace IS NOT DISTINCT FROM %(nsp)s)
 UNION ALL
 SELECT 'rule', c.relname::text || '.' || r.rulename::text, NULL::oid, {_NO_ACL},
        jsonb_build_object('definition', pg_get_ruledef(r.oid), 'enabled', r.ev_enabled::text,
@@ -946,9 +953,11 @@ def environment_warnings(conn: psycopg.Connection, schema: str) -> list[str]:
             "code runs as whoever runs DDL, install and upgrade included. HINT: make a superuser own the "
             "function, or drop the event trigger."
             for name, fn, owner in conn.execute("""
-                SELECT e.evtname::pg_catalog.text, p.oid::pg_catalog.regprocedure::pg_catalog.text,
+                SELECT e.evtname::pg_catalog.text,
+                       pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)),
                        pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text
                 FROM pg_catalog.pg_event_trigger e JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) e.evtfoid
+                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
                 JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) p.proowner
                 WHERE e.evtenabled OPERATOR(pg_catalog.<>) 'D' AND NOT o.rolsuper ORDER BY 1""")]
     return out
