@@ -949,17 +949,20 @@ def environment_warnings(conn: psycopg.Connection, schema: str) -> list[str]:
                     f"functions. HINT: put {schema} first, with no schema others may create in before it "
                     f"(ALTER ROLE ... SET search_path = {schema}, ...), or call sabre functions "
                     f"schema-qualified ({schema}.sabre_anonymize(...)).")
-    out += [f"event trigger {name} runs {fn}, owned by {owner!r}, which is not a superuser: that role's "
-            "code runs as whoever runs DDL, install and upgrade included. HINT: make a superuser own the "
-            "function, or drop the event trigger."
-            for name, fn, owner in conn.execute("""
-                SELECT e.evtname::pg_catalog.text,
+    out += [f"event trigger {name} (owner {owner!r}) runs {fn} (owner {fn_owner!r}): {who} not a superuser, "
+            "yet its code runs as whoever runs DDL, install and upgrade included. HINT: make a superuser own "
+            "the event trigger and its function, or drop the event trigger."
+            for name, owner, fn, fn_owner, who in conn.execute("""
+                SELECT e.evtname::pg_catalog.text, pg_catalog.pg_get_userbyid(e.evtowner)::pg_catalog.text,
                        pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)),
-                       pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text
+                       pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text,
+                       CASE WHEN NOT fo.rolsuper AND NOT eo.rolsuper THEN 'neither owner is'
+                            WHEN NOT fo.rolsuper THEN 'the function''s owner is' ELSE 'the event trigger''s owner is' END
                 FROM pg_catalog.pg_event_trigger e JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) e.evtfoid
                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
-                JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) p.proowner
-                WHERE e.evtenabled OPERATOR(pg_catalog.<>) 'D' AND NOT o.rolsuper ORDER BY 1""")]
+                JOIN pg_catalog.pg_roles fo ON fo.oid OPERATOR(pg_catalog.=) p.proowner
+                JOIN pg_catalog.pg_roles eo ON eo.oid OPERATOR(pg_catalog.=) e.evtowner
+                WHERE e.evtenabled OPERATOR(pg_catalog.<>) 'D' AND NOT (fo.rolsuper AND eo.rolsuper) ORDER BY 1""")]
     return out
 
 
