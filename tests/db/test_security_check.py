@@ -211,6 +211,17 @@ def test_search_path_with_a_writable_schema_first_is_a_warning(pg_conn, analyst)
     assert installer.check(pg_conn, "sabre")["warnings"] == []
 
 
+def test_database_search_path_with_public_open_to_all_is_a_warning(pg_conn):
+    """The issue's finding 9 as databases made before PostgreSQL 15 have it: PUBLIC may create
+    in public, and the database's search_path (the README's) is public, sabre."""
+    pg_conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    report = installer.check(pg_conn, "sabre")
+    assert report["tampered"] == [] and report["ok"] is True
+    assert [w.split(":")[0] for w in report["warnings"]] == [
+        f"search_path of every role in database {pg_conn.info.dbname} puts schema public before sabre, "
+        "and PUBLIC may create in public"]
+
+
 def test_event_trigger_running_a_non_superusers_function(pg_conn, analyst):
     """Warned about, and check's reference install does not fire it."""
     pg_conn.execute("CREATE SEQUENCE public.fired")
