@@ -138,8 +138,8 @@ def test_a_planted_user_trigger(pg_conn):
     found = tampered_after(
         pg_conn,
         "CREATE FUNCTION public.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
-        "CREATE TRIGGER touch BEFORE INSERT ON sabre.stream_rows FOR EACH ROW EXECUTE FUNCTION public.touch()")
-    assert found == {"trigger stream_rows.touch is not part of sabre-pg"}
+        "CREATE TRIGGER touch BEFORE INSERT ON sabre.hierarchy_rows FOR EACH ROW EXECUTE FUNCTION public.touch()")
+    assert found == {"trigger hierarchy_rows.touch is not part of sabre-pg"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,10 +158,11 @@ def test_changed_function_flags(pg_conn):
 
 
 def test_a_changed_argument_default(pg_conn):
-    definition = one(pg_conn, "SELECT pg_get_functiondef('sabre.sabre_stream_drop(text, boolean)'::regprocedure)")[0]
-    assert "DEFAULT false" in definition
-    found = tampered_after(pg_conn, definition.replace("DEFAULT false", "DEFAULT true", 1))
-    assert found == {"function sabre_stream_drop(text,boolean): arguments differs from the package's"}
+    definition = one(pg_conn, "SELECT pg_get_functiondef('sabre.sabre_define_hierarchy(text, text, text)'"
+                              "::regprocedure)")[0]
+    assert "DEFAULT ';'::text" in definition
+    found = tampered_after(pg_conn, definition.replace("DEFAULT ';'::text", "DEFAULT ','::text", 1))
+    assert found == {"function sabre_define_hierarchy(text,text,text): arguments differs from the package's"}
 
 
 def test_an_object_given_to_another_role(pg_conn, analyst):
@@ -190,8 +191,8 @@ def test_extra_objects_of_other_kinds(pg_conn):
 
 
 def test_a_comment_on_a_column(pg_conn):
-    found = tampered_after(pg_conn, "COMMENT ON COLUMN sabre.run_tokens.token IS 'see public.loot'")
-    assert found == {"column run_tokens.token: comment differs from the package's"}
+    found = tampered_after(pg_conn, "COMMENT ON COLUMN sabre.runs.run_id IS 'see public.loot'")
+    assert found == {"column runs.run_id: comment differs from the package's"}
 
 
 # ---------------------------------------------------------------------------------------
