@@ -922,13 +922,14 @@ def _search_path_schemas(value: str) -> list[str]:
 
 def environment_warnings(conn: psycopg.Connection, schema: str) -> list[str]:
     """Risks around the installation that are not departures from it: search_path settings
-    (of roles and databases) in which a schema others may create in precedes ``schema``,
-    so a function planted there captures unqualified calls (issue 25, finding 9); event
+    (of roles and databases) that list ``schema`` and a schema others may create in, wherever
+    it stands, so a function planted there captures unqualified calls (issue 25, finding 9:
+    PostgreSQL weighs overloads of other argument types equally across the path); event
     triggers that run code a non-superuser owns whenever anyone, install included, runs DDL."""
     settings = conn.execute("""
         SELECT coalesce('role ' || pg_catalog.quote_ident(r.rolname), 'every role')
                || coalesce(' in database ' || pg_catalog.quote_ident(d.datname), ''),
-               pg_catalog.substr(c, pg_catalog.length('search_path=') + 1)
+               pg_catalog.substr(c, pg_catalog.length('search_path=') + 1), r.rolname::pg_catalog.text
         FROM pg_catalog.pg_db_role_setting s
         LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) s.setrole
         LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.setdatabase,
@@ -936,19 +937,25 @@ def environment_warnings(conn: psycopg.Connection, schema: str) -> list[str]:
         WHERE pg_catalog.starts_with(c, 'search_path=')
           AND (s.setdatabase OPERATOR(pg_catalog.=) 0 OR d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
         ORDER BY 1""").fetchall()
-    paths = [(who, _search_path_schemas(value)) for who, value in settings]
-    before = {who: path[:path.index(schema)] for who, path in paths if schema in path}
-    writable = _writable_by_others(conn, sorted({n for path in before.values() for n in path}))
+    listed = []  # (who, role or None, schemas on the path but sabre's, "$user" as the role's name)
+    for who, value, role in settings:
+        path = _search_path_schemas(value)
+        if schema in path:
+            listed.append((who, role, [role if n == "$user" and role else n for n in path
+                                       if n != schema and (n != "$user" or role)]))
+    writable = _writable_by_others(conn, sorted({n for _, _, path in listed for n in path}))
     out = []
-    for who, path in before.items():
+    for who, role, path in listed:
         for name in path:
-            if name in writable:
+            writers = [w for w in writable.get(name, ()) if w != role]  # a role's own schema is its own
+            if writers:
                 out.append(
-                    f"search_path of {who} puts schema {name} before {schema}, and {', '.join(writable[name])} "
+                    f"search_path of {who} lists schema {name} with {schema}, and {', '.join(writers)} "
                     f"may create in {name}: a function planted there captures unqualified calls of sabre "
-                    f"functions. HINT: put {schema} first, with no schema others may create in before it "
-                    f"(ALTER ROLE ... SET search_path = {schema}, ...), or call sabre functions "
-                    f"schema-qualified ({schema}.sabre_anonymize(...)).")
+                    f"functions wherever {name} stands on the path (an overload whose argument types match "
+                    f"better wins). HINT: list only schemas no other role may create in "
+                    f"(ALTER ROLE ... SET search_path = \"$user\", {schema}), or call sabre functions "
+                    f"schema-qualified ({schema}.sabre_anonymize(...)); docs/security.md, Which search_path to use.")
     out += [f"event trigger {name} (owner {owner!r}) runs {fn} (owner {fn_owner!r}): {who} not a superuser, "
             "yet its code runs as whoever runs DDL, install and upgrade included. HINT: make a superuser own "
             "the event trigger and its function, or drop the event trigger."

@@ -198,7 +198,7 @@ def test_a_comment_on_a_column(pg_conn):
 # ---------------------------------------------------------------------------------------
 # warnings: capturable search_path (finding 9), event triggers running others' code
 # ---------------------------------------------------------------------------------------
-def test_search_path_with_a_writable_schema_first_is_a_warning(pg_conn, analyst):
+def test_search_path_with_a_writable_schema_anywhere_is_a_warning(pg_conn, analyst):
     pg_conn.execute("CREATE SCHEMA open_ns")
     pg_conn.execute("GRANT CREATE ON SCHEMA open_ns TO PUBLIC")
     pg_conn.execute(f"ALTER ROLE {analyst} SET search_path = open_ns, sabre")
@@ -206,10 +206,16 @@ def test_search_path_with_a_writable_schema_first_is_a_warning(pg_conn, analyst)
     assert report["tampered"] == [] and report["ok"] is True  # a warning, not a failure
     assert len(report["warnings"]) == 1
     warning = report["warnings"][0]
-    assert f"search_path of role {analyst} puts schema open_ns before sabre" in warning
+    assert f"search_path of role {analyst} lists schema open_ns with sabre" in warning
     assert "PUBLIC may create in open_ns" in warning and "HINT:" in warning
+    # after sabre it still captures a better-matching overload: still a warning
     pg_conn.execute(f"ALTER ROLE {analyst} SET search_path = sabre, open_ns")
+    assert len(installer.check(pg_conn, "sabre")["warnings"]) == 1
+    # the recommended path: the role's own schema and sabre
+    pg_conn.execute(f"CREATE SCHEMA {analyst} AUTHORIZATION {analyst}")
+    pg_conn.execute(f"ALTER ROLE {analyst} SET search_path = \"$user\", sabre")
     assert installer.check(pg_conn, "sabre")["warnings"] == []
+    pg_conn.execute(f"DROP SCHEMA {analyst}")
 
 
 def test_database_search_path_with_public_open_to_all_is_a_warning(pg_conn):
@@ -219,7 +225,7 @@ def test_database_search_path_with_public_open_to_all_is_a_warning(pg_conn):
     report = installer.check(pg_conn, "sabre")
     assert report["tampered"] == [] and report["ok"] is True
     assert [w.split(":")[0] for w in report["warnings"]] == [
-        f"search_path of every role in database {pg_conn.info.dbname} puts schema public before sabre, "
+        f"search_path of every role in database {pg_conn.info.dbname} lists schema public with sabre, "
         "and PUBLIC may create in public"]
 
 
