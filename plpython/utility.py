@@ -36,6 +36,10 @@ def _options(plpy, options) -> dict:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             C.fail(plpy, C.INVALID_PARAMETER, "options.%s must be a positive integer" % key,
                    "For example options => '{\"%s\": 6}'." % key)
+    for key, cap in (("max_cells", limits.WORKLOAD_MAX_CELLS), ("max_bins", limits.WORKLOAD_MAX_BINS)):
+        if opts.get(key) is not None:
+            E.cap("options.%s" % key, opts[key], cap, "Leave it out for the default (%d)." % (
+                W.DEFAULT_MAX_CELLS if key == "max_cells" else W.DEFAULT_MAX_BINS))
     h = opts.get("hierarchies")
     if h is not None and (not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values())):
         C.fail(plpy, C.INVALID_PARAMETER, "options.hierarchies must map column names to hierarchy names",

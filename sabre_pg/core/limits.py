@@ -22,6 +22,8 @@ SENSITIVE_ATTRIBUTES = 32                 # sensitive attributes (and their t) i
 QUASI_IDENTIFIERS = 256                   # quasi-identifiers in one call
 WORKLOAD_QUERIES = 1_000_000              # queries of sabre_query_error(_stats)
 KL_CUBOIDS = 10_000                       # cuboids of sabre_kl_cuboids / sabre_kl_divergence
+WORKLOAD_MAX_CELLS = 64_000_000           # options.max_cells of the utility measures (default 8,000,000)
+WORKLOAD_MAX_BINS = 65_536                # options.max_bins of the utility measures (default 1,024)
 
 # ---- run tokens (sql/10_catalog.sql: run_begin, run_record)
 RUN_TOKENS_PER_TRANSACTION = 100          # tokens outstanding in one transaction (a run uses one)

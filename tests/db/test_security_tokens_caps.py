@@ -321,5 +321,8 @@ def test_workload_queries_and_cuboids_are_capped(pg_conn):
     with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="queries"):
         pg_conn.execute("SELECT * FROM sabre_query_error_stats('public.w', 'public.wide', queries => %s)",
                         (limits.WORKLOAD_QUERIES + 1,))
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="max_cells"):
+        pg_conn.execute("SELECT * FROM sabre_query_error_stats('public.w', 'public.wide', options => %s)",
+                        (Jsonb({"max_cells": limits.WORKLOAD_MAX_CELLS + 1}),))
     with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="cuboids"):
         pg_conn.execute("SELECT * FROM sabre_kl_cuboids('public.w', 'public.wide', level => 8)")
