@@ -22,6 +22,7 @@ SENSITIVE_ATTRIBUTES = 32                 # sensitive attributes (and their t) i
 QUASI_IDENTIFIERS = 256                   # quasi-identifiers in one call
 WORKLOAD_QUERIES = 1_000_000              # queries of sabre_query_error(_stats)
 KL_CUBOIDS = 10_000                       # cuboids of sabre_kl_cuboids / sabre_kl_divergence
+PARTS = 4096                              # options.partitions, and the parts sabre_publish_parts takes
 WORKLOAD_MAX_CELLS = 64_000_000           # options.max_cells of the utility measures (default 8,000,000)
 WORKLOAD_MAX_BINS = 65_536                # options.max_bins of the utility measures (default 1,024)
 

@@ -326,3 +326,13 @@ def test_workload_queries_and_cuboids_are_capped(pg_conn):
                         (Jsonb({"max_cells": limits.WORKLOAD_MAX_CELLS + 1}),))
     with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="cuboids"):
         pg_conn.execute("SELECT * FROM sabre_kl_cuboids('public.w', 'public.wide', level => 8)")
+
+
+def test_too_many_parts_to_publish(pg_conn):
+    pg_conn.execute("CREATE TABLE public.pp (id int PRIMARY KEY, age int, salary int)")
+    pg_conn.execute("INSERT INTO public.pp SELECT g, g % 60, g % 11 FROM generate_series(1, 300) g")
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="parts"):
+        pg_conn.execute("SELECT * FROM sabre_publish_parts('public.pp', ARRAY['age'], 'salary', 0.5, 4, 'ak', "
+                        "'public.pp_out', '{}', (SELECT array_agg('public.part' || g) FROM generate_series(1, %s) g))",
+                        (limits.PARTS + 1,))
+    assert pg_conn.execute("SELECT count(*) FROM sabre.runs").fetchone()[0] == 0
