@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from sabre_pg.core import parameters
-from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core import limits, parameters
+from sabre_pg.core.hierarchy import Hierarchy, check_size
 
 from . import errors as E
 from ._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
@@ -145,7 +145,25 @@ def leaf_position_join(alias: str, param: int, value_sql: str) -> str:
             "ON %s.leaf OPERATOR(pg_catalog.=) %s" % (param, alias, alias, value_sql))
 
 
+HIERARCHY_CAP_HINT = ("Generalize the leaves first (for example codes to their first characters) or split "
+                      "the hierarchy; the caps are listed in docs/hierarchies.md.")
+
+
+def check_hierarchy_size(name: str, leaves: int, height: int, cells: int, text_bytes: int = 0):
+    """54000 when a caller's hierarchy exceeds the caps of ``sabre_pg.core.limits``."""
+    try:
+        check_size(leaves, height, cells, text_bytes)
+    except limits.LimitExceeded as e:
+        raise E.program_limit_exceeded('hierarchy "%s" is too large: %s' % (name, e), HIERARCHY_CAP_HINT)
+
+
 def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
+    size = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.count(*) AS leaves, COALESCE(pg_catalog.max(pg_catalog.cardinality(path)), 1) AS width, "
+        "COALESCE(pg_catalog.sum(pg_catalog.cardinality(path)), 0) AS cells, COALESCE(pg_catalog.sum("
+        "pg_catalog.octet_length(pg_catalog.array_to_string(path, ''))), 0) AS bytes FROM %s "
+        "WHERE hierarchy OPERATOR(pg_catalog.=) $1" % catalog("hierarchy_rows"), ["text"]), [name])[0]
+    check_hierarchy_size(name, size["leaves"], size["width"] - 1, size["cells"], size["bytes"])
     rows = plpy.execute(plpy.prepare(
         "SELECT path FROM %s WHERE hierarchy OPERATOR(pg_catalog.=) $1 ORDER BY ord"
         % catalog("hierarchy_rows"), ["text"]), [name])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 
+from sabre_pg.core import limits
 from sabre_pg.core.pages import small_pages
 
 from . import progress
@@ -30,6 +31,7 @@ DEPENDENT_OBJECTS = "2BP01"
 LOCK_NOT_AVAILABLE = "55P03"
 NOT_IN_PREREQUISITE_STATE = "55000"
 SERIALIZATION_FAILURE = "40001"
+PROGRAM_LIMIT_EXCEEDED = "54000"
 INTERNAL = "XX000"
 
 
@@ -62,6 +64,15 @@ dependent_objects = _kind(DEPENDENT_OBJECTS)
 lock_not_available = _kind(LOCK_NOT_AVAILABLE)
 not_in_prerequisite_state = _kind(NOT_IN_PREREQUISITE_STATE)
 source_changed = _kind(SERIALIZATION_FAILURE)
+program_limit_exceeded = _kind(PROGRAM_LIMIT_EXCEEDED)
+
+
+def cap(what: str, value: int, limit: int, hint: str):
+    """Raise 54000 program_limit_exceeded when ``value`` exceeds ``limit`` (one of
+    ``sabre_pg.core.limits``, documented in docs/security.md, "Caps")."""
+    message = limits.over(what, value, limit)
+    if message:
+        raise program_limit_exceeded(message, hint)
 
 
 def raise_sql(plpy, error: SabreError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sabre_pg.core import limits
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.parameters import check_k
@@ -474,6 +475,8 @@ def t_values(t) -> list:
     values = t if isinstance(t, list) else [t]
     if not values:
         raise E.invalid_parameter("t is an empty array", T_HINT)
+    E.cap("t values", len(values), limits.ESTIMATE_T_VALUES,
+          "Estimate a coarser grid (options.suggest gives the curve over 19 values of t), or split the call.")
     return [C.check_t(x, T_HINT) for x in values]
 
 

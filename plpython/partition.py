@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from sabre_pg.core import limits
 from sabre_pg.core.exact_emd import domain_class_emds
 from sabre_pg.core.mondrian import against_table
 from sabre_pg.core.stopwatch import Stopwatch
@@ -45,7 +46,7 @@ from . import transfer as T
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
 HIST_BUCKETS = 256       # at most this many buckets per numerical QI in the split's cells
 CELL_CAP = 1 << 20       # at most this many cells (buckets x SA values): the split's memory bound
-MAX_PARTS = 4096
+MAX_PARTS = limits.PARTS
 EDGE_BATCH = 16          # candidate cuts per exact-EMD call of the split
 LOOKAHEAD = 4            # cuts compared by finishing the split after each (the split's first cuts)
 LOOKAHEAD_CUTS = 4       # ... for this many first cuts
@@ -796,5 +797,6 @@ def run_publish(plpy, source, quasi_identifiers, sensitive, t, k, method, output
     """sabre_publish_parts: the parts' outputs (made by sabre_anonymize) published as one."""
     if not parts:
         raise E.invalid_parameter("parts must name at least one part output", "Pass sabre_partitions' part_output.")
+    E.cap("parts", len(parts), limits.PARTS, "Pass sabre_partitions' part_output: it makes at most this many.")
     req = request.build(plpy, source, None, quasi_identifiers, sensitive, t, k, method, output, options)
     return publish_parts(plpy, req, list(parts), Stopwatch())

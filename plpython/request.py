@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sabre_pg.core import limits
 from sabre_pg.core.sabre import METHODS
 
 from . import common as C
@@ -182,6 +183,8 @@ def sensitive_thresholds(sensitive, t) -> tuple:
         if value is None or not len(value) or any(v is None for v in value):
             raise E.SabreError(E.NULL_NOT_ALLOWED if value is None or len(value) else E.INVALID_PARAMETER,
                                "%s must be a non-empty array without NULLs" % name, SENSITIVE_HINT)
+    E.cap("sensitive attributes", len(sensitive), limits.SENSITIVE_ATTRIBUTES,
+          "Anonymize for fewer sensitive attributes at a time.")
     if len(sensitive) != len(t):
         raise E.invalid_parameter("sensitive has %d attributes but t has %d values (arrays of different lengths)"
                                   % (len(sensitive), len(t)), SENSITIVE_HINT)
@@ -300,6 +303,8 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
         raise E.invalid_parameter("quasi_identifiers is empty",
                                   "List the columns an attacker may know, e.g. ARRAY['age','sex','zip'].")
     names = list(quasi_identifiers)
+    E.cap("quasi-identifiers", len(names), limits.QUASI_IDENTIFIERS,
+          "List the columns an attacker may know; more quasi-identifiers than this leave no utility.")
     seen = set()
     for q in names:
         if q is None:

@@ -82,12 +82,13 @@ def stream_request(plpy, s) -> request.Request:
 
 
 def output_relations(plpy, s) -> list:
-    """The stream's output relations by their recorded OIDs, each still carrying its identity."""
+    """The stream's output relations by their recorded OIDs, each still carrying its identity:
+    the marker ends its COMMENT (names come before it, so none can supply it)."""
     found = plpy.execute(C.prepared(
         plpy, "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
-        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE pg_catalog.strpos(COALESCE(pg_catalog.obj_description("
-        "c.oid, 'pg_class'), ''), $2) OPERATOR(pg_catalog.>) 0", ["oid[]", "text"]),
-        [s["relation_oids"], s["identity"]])
+        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE COALESCE(pg_catalog.right(pg_catalog.obj_description("
+        "c.oid, 'pg_class'), pg_catalog.length($2)) OPERATOR(pg_catalog.=) $2, false)", ["oid[]", "text"]),
+        [s["relation_oids"], identity_marker(s["identity"])])
     return [r["oid"] for r in found]
 
 
@@ -163,6 +164,11 @@ def output_columns(req) -> tuple[list, list]:
     return out, classes
 
 
+def identity_marker(identity: str) -> str:
+    """The suffix of the COMMENT of a stream's relations that carries its identity."""
+    return " (sabre-pg stream identity %s)" % identity
+
+
 def create_outputs(plpy, req, name, identity) -> list:
     """<output>, <output>_classes (PRIMARY KEY ec_id) and the owner-only <output>_keys, empty,
     each with the stream's identity in its COMMENT; returns their OIDs."""
@@ -176,8 +182,7 @@ def create_outputs(plpy, req, name, identity) -> list:
     for suffix, columns in (("", out), ("_classes", classes), ("_keys", keys)):
         table = req.output.qualified(suffix)
         plpy.execute("CREATE TABLE %s (%s)" % (table, ", ".join("%s %s" % (C.ident(c), t) for c, t in columns)))
-        plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(
-            "%s (sabre-pg stream identity %s)" % (texts[suffix], identity))))
+        plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(texts[suffix] + identity_marker(identity))))
         oids.append(plpy.execute(plpy.prepare("SELECT $1::pg_catalog.regclass::pg_catalog.oid AS o", ["text"]),
                                  [table])[0]["o"])
     plpy.execute("ALTER TABLE %s ADD PRIMARY KEY (ec_id)" % req.output.qualified("_classes"))

@@ -12,11 +12,12 @@ All columns are read with one aggregate scan per relation; the arithmetic is
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from sabre_pg.core import metrics
+from sabre_pg.core import limits, metrics
 from sabre_pg.core import workload as W
 from sabre_pg.core.generalize import CategoricalNode, NumericalRange
 from sabre_pg.core.hierarchy import Hierarchy
@@ -35,6 +36,10 @@ def _options(plpy, options) -> dict:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             C.fail(plpy, C.INVALID_PARAMETER, "options.%s must be a positive integer" % key,
                    "For example options => '{\"%s\": 6}'." % key)
+    for key, cap in (("max_cells", limits.WORKLOAD_MAX_CELLS), ("max_bins", limits.WORKLOAD_MAX_BINS)):
+        if opts.get(key) is not None:
+            E.cap("options.%s" % key, opts[key], cap, "Leave it out for the default (%d)." % (
+                W.DEFAULT_MAX_CELLS if key == "max_cells" else W.DEFAULT_MAX_BINS))
     h = opts.get("hierarchies")
     if h is not None and (not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values())):
         C.fail(plpy, C.INVALID_PARAMETER, "options.hierarchies must map column names to hierarchy names",
@@ -276,6 +281,7 @@ def query_error(plpy, output, source, quasi_identifiers, sensitive, queries, dim
     if queries is None or queries < 1:
         C.fail(plpy, C.INVALID_PARAMETER, "queries must be at least 1, got %s" % queries,
                "The paper's workload uses 10,000 queries.")
+    E.cap("queries", queries, limits.WORKLOAD_QUERIES, "The paper's workload uses 10,000 queries.")
     if selectivity is None or selectivity != selectivity or not (0 < selectivity <= 1):
         C.fail(plpy, C.INVALID_PARAMETER, "selectivity (theta) must satisfy 0 < theta <= 1, got %s" % selectivity,
                "theta is the expected fraction of rows a query selects; the paper uses 0.1.")
@@ -297,6 +303,8 @@ def kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, opt
     if level is None or not (1 <= level <= d):
         C.fail(plpy, C.INVALID_PARAMETER, "level (mu) must be between 1 and %d, got %s" % (d, level),
                "The datacube of level mu groups by every combination of mu quasi-identifiers.")
+    E.cap("cuboids (combinations of %d of %d quasi-identifiers)" % (level, d), math.comb(d, level), limits.KL_CUBOIDS,
+          "Lower the level or name fewer quasi-identifiers.")
     g = grid(plpy, data)
     try:
         r = W.kl_divergence(g, level, data.opts.get("max_cells", W.DEFAULT_MAX_CELLS))

@@ -13,6 +13,8 @@ Placeholders in the SQL files:
     a short PL/Python preamble (see :func:`bootstrap`) that goes first in every
     PL/Python function body. After it, ``import sabre_pg.core.emd`` or
     ``from sabre_plpy import anonymize`` works inside the backend.
+``@limit:NAME@``
+    the number ``sabre_pg.core.limits.NAME`` (the caps live in that one module).
 
 Install, upgrade and re-install are the same operation: every SQL file is
 idempotent, the modules table is rewritten, and ``<schema>.meta`` records the
@@ -39,6 +41,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 import sabre_pg
+from sabre_pg.core import limits
 from sabre_pg.errors import SabreError
 
 PACKAGE_DIR = Path(sabre_pg.__file__).resolve().parent
@@ -214,7 +217,11 @@ def sql_files() -> list[Path]:
 
 
 def render_sql(text: str, schema: str) -> str:
+    text = _LIMIT.sub(lambda m: str(int(getattr(limits, m.group(1)))), text)
     return text.replace("@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
+
+
+_LIMIT = re.compile(r"@limit:([A-Z0-9_]+)@")     # a cap of sabre_pg.core.limits, as a number
 
 
 def source_hash(schema: str = "sabre") -> str:
@@ -550,7 +557,7 @@ QUALIFIED_WRAPPERS: tuple[str, ...] = (
     "sabre_anonymize(text,text[],text,double precision,integer,text,text,jsonb)",
 )
 # Catalog tables that must have row-level security enabled.
-RLS_TABLES = ("runs", "hierarchies", "output_locks")
+RLS_TABLES = ("runs", "hierarchies", "output_locks", "run_tokens")
 # Grants the README tells the DBA to make to analysts, beyond what the SQL grants, by object
 # as check's findings name it: USAGE on the schema; editing hierarchies (row-level security
 # keeps each role to its own). A role may also be granted what the SQL gives PUBLIC.
