@@ -129,6 +129,7 @@ def build(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, outp
     flags = [request.boolean_option(given, name, False, hint) for name, hint in (
         ("analyze", "true runs ANALYZE on the QIs first (the table's owner only)."),
         ("hybrid", "true uses the normal approximation (HYBRID) for buckets of 9 or more expected rows."))]
+    src["read"] = C.read_sql(src, columns, [a.name for a in qis + ([sa] if sa else [])] + list(opts.keep))
     req = InstantRequest(src, columns, tuple(qis), sa, k, l, max_suppressed, float(threshold), criterion, batch,
                          statistics, flags[0], flags[1], search, opts, out, given)
     check_columns(req)
@@ -388,7 +389,7 @@ class Generalizer:
         return "CASE WHEN %s THEN 2 WHEN %s THEN 1 ELSE 0 END" % (nulls, missing or "false")
 
     def source(self) -> str:
-        return "%s AS s %s%s" % (self.req.source["qname"], " ".join(self.joins), self.req.row_filter())
+        return "%s AS s %s%s" % (self.req.source["read"], " ".join(self.joins), self.req.row_filter())
 
     def condition(self, alias: str) -> str:
         ok = "%s.n >= %d" % (alias, self.req.k)
