@@ -263,15 +263,17 @@ EXTENDED_SQL = (
     "SELECT e.attnames::pg_catalog.text[] AS attnames, e.most_common_vals AS vals, "
     "e.most_common_val_nulls AS nulls, e.most_common_freqs AS freqs FROM pg_catalog.pg_stats_ext AS e "
     "WHERE e.schemaname = $1 AND e.tablename = $2 AND e.most_common_vals IS NOT NULL "
-    "AND e.attnames @> $3::pg_catalog.name[] ORDER BY e.inherited DESC, pg_catalog.cardinality(e.attnames), "
+    "AND e.attnames @> $3::pg_catalog.name[] AND e.attnames <@ $4::pg_catalog.name[] ORDER BY e.inherited DESC, pg_catalog.cardinality(e.attnames), "
     "e.statistics_name LIMIT 1")
 
 
 def read_joint(plpy, req):
     """(items x QIs values, frequencies) of the best pg_stats_ext MCV list covering the QIs,
     projected on them (items with a NULL QI left out), or None."""
-    found = plpy.execute(plpy.prepare(EXTENDED_SQL, ["name", "name", "text[]"]), [
-        req.source["nspname"], req.source["relname"], [a.name for a in req.qis]])
+    # (only lists on columns read safely: pg_stats_ext prints every column's values with its output function)
+    found = plpy.execute(plpy.prepare(EXTENDED_SQL, ["name", "name", "text[]", "text[]"]), [
+        req.source["nspname"], req.source["relname"], [a.name for a in req.qis],
+        [n for n, c in req.columns.items() if not c["unsafe"]]])
     if not len(found):
         return None
     r = found[0]
