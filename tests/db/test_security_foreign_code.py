@@ -318,3 +318,35 @@ def test_owner_output_function_is_refused(roles):
     # the column unused: the run goes on without it
     assert _anonymize(analyst, "fc_analyst.o_noblob", "ak")[0] == ROWS
     _assert_clean(dba)
+
+
+# ------------------------------------------------------------------ the rule itself (no server)
+def _row(**kw):
+    row = dict(attname="c", attnotnull=False, declared="owner.t", domain=False, type="integer", typname="int4",
+               category="N", trusted=True, output="pg_catalog.int4out", output_trusted=True)
+    row.update(kw)
+    return row
+
+
+def test_safe_types_rule():
+    """One decision per column: a superuser's base type is read as itself (a domain by a
+    relabel), another role's type as text through a superuser's output function, anything
+    else is refused; a relation needing no conversion is read as it is."""
+    from tests.client.fake_plpy import sabre_plpy
+    S = sabre_plpy("safe_types")
+    assert S.column(_row(declared="integer"))["read"] is None
+    domain = S.column(_row(domain=True))
+    assert domain["read"] == ("(", ")::integer") and domain["type"] == "integer" and not domain["converted"]
+    enum = S.column(_row(type="owner.mood", typname="mood", category="E", trusted=False,
+                         output="pg_catalog.enum_out"))
+    assert (enum["type"], enum["category"], enum["converted"]) == ("text", "E", True)
+    assert "x".join(enum["read"]) == "pg_catalog.textin(pg_catalog.enum_out(x))"
+    refused = S.column(_row(trusted=False, output='"owner".blob_out', output_trusted=False))
+    assert refused["unsafe"] and refused["category"] == "U"
+    with pytest.raises(Exception) as e:
+        S.read_sql("s.t", {"b": refused}, ["b"])
+    assert e.value.sqlstate == "42804" and "output function" in e.value.hint
+    plain = {"a": S.column(_row(declared="integer"))}
+    assert S.read_sql("s.t", plain, ["a"]) == "s.t"
+    assert S.read_sql("s.t", dict(plain, m=enum, b=refused), ["a", "m"]) == (
+        '(SELECT r."a" AS "a", pg_catalog.textin(pg_catalog.enum_out(r."m")) AS "m" FROM s.t AS r)')
