@@ -120,6 +120,28 @@ REVOKE ALL ON @schema@.runs, @schema@.run_tokens FROM PUBLIC;
 REVOKE ALL ON SEQUENCE @schema@.runs_run_id_seq FROM PUBLIC;
 GRANT SELECT ON @schema@.runs TO PUBLIC;
 
+-- Runs to one output are serialized on a row of output_locks (publish.lock_output): one row per
+-- (role, output schema, output name), locked FOR UPDATE NOWAIT by the run's transaction.  Row-level
+-- security keeps each role to rows keyed by its own name, so no other role can insert, see or
+-- lock them (a superuser or a member of the role can, as it can do anything that role does):
+-- no lock a role without rights on an output can hold, unlike fixed advisory lock keys.
+CREATE TABLE IF NOT EXISTS @schema@.output_locks (
+    owner     name NOT NULL DEFAULT CURRENT_USER,
+    nsp       oid NOT NULL,                -- the output's schema
+    relname   name NOT NULL,               -- the output's name
+    taken_at  timestamptz,
+    PRIMARY KEY (owner, nsp, relname)
+);
+COMMENT ON TABLE @schema@.output_locks IS
+    'One row per role and output name, locked by a run writing that output (each role sees and locks its own)';
+ALTER TABLE @schema@.output_locks ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS own_rows ON @schema@.output_locks;
+CREATE POLICY own_rows ON @schema@.output_locks FOR ALL
+    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER) WITH CHECK (owner OPERATOR(pg_catalog.=) CURRENT_USER);
+REVOKE ALL ON @schema@.output_locks FROM PUBLIC;
+GRANT SELECT, INSERT ON @schema@.output_locks TO PUBLIC;
+GRANT UPDATE (taken_at) ON @schema@.output_locks TO PUBLIC;     -- SELECT ... FOR UPDATE needs it
+
 CREATE OR REPLACE FUNCTION @schema@.run_begin(OUT run_id bigint, OUT token text)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     INSERT INTO @schema@.run_tokens (run_id, token)
