@@ -14,6 +14,7 @@ from sabre_pg.core import limits, parameters
 from sabre_pg.core.hierarchy import Hierarchy, check_size
 
 from . import errors as E
+from . import safe_types
 from ._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
 from .errors import (DATATYPE_MISMATCH, INVALID_PARAMETER, NULL_NOT_ALLOWED,  # noqa: F401 (used as C.*)
                      UNDEFINED_COLUMN, UNDEFINED_OBJECT)
@@ -28,9 +29,7 @@ def fail(plpy, sqlstate: str, message: str, hint: str | None = None, detail: str
     E.raise_sql(plpy, E.SabreError(sqlstate, message, hint, detail))
 
 
-def ident(name: str) -> str:
-    """A quoted SQL identifier (always quoted: the same text as quote_ident for any name)."""
-    return '"%s"' % str(name).replace('"', '""')
+ident = safe_types.ident
 
 
 def qi(plpy, name: str) -> str:
@@ -102,14 +101,17 @@ def resolve_relation(plpy, source, name: str | None = None) -> dict:
 
 
 def columns(plpy, oid: int) -> dict:
-    """name -> {type (format_type), category (pg_type.typcategory), typname}, in column order."""
-    rows = plpy.execute(plpy.prepare(
-        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type, t.typcategory, "
-        "t.typname, a.attnotnull FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        ["oid"]), [oid])
-    return {r["attname"]: {"type": r["type"], "category": r["typcategory"],
-                           "typname": r["typname"], "notnull": r["attnotnull"]} for r in rows}
+    """name -> {type, category (pg_type.typcategory), typname, notnull, declared, read,
+    unsafe}, in column order: each column as sabre reads and writes it, a type whose casts
+    and constraints are a superuser's (:mod:`.safe_types`; ``declared`` is its own type)."""
+    rows = plpy.execute(prepared(plpy, safe_types.COLUMNS_SQL, ["oid"]), [oid])
+    return {r["attname"]: safe_types.column(r) for r in rows}
+
+
+def read_sql(info: dict, cols: dict, used=()) -> str:
+    """The ``FROM`` item reading relation ``info`` (:func:`resolve_relation`) with ``cols``
+    (:func:`columns`) converted to their safe types (:func:`safe_types.read_sql`)."""
+    return safe_types.read_sql(info["qname"], cols, used)
 
 
 def kind_of(col: dict) -> str | None:

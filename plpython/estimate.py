@@ -28,7 +28,7 @@ from sabre_pg.core.sabre import PlanCounter, plan_counts
 
 from . import common as C
 from . import errors as E
-from . import request, scan
+from . import request, safe_types, scan
 
 OPTION_KEYS = ("hierarchies", "lookahead", "nulls", "analyze", "suggest")
 OPTIONS_EXAMPLE = '{"suggest": true}'
@@ -403,6 +403,7 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
     columns = C.columns(plpy, src["oid"])
     qis, sa = request.attributes(columns, quasi_identifiers, sensitive, given.get("hierarchies"))
     opts = request.parse_options(given, columns, qis)
+    safe_types.check(columns, [a.name for a in qis + [sa]])      # pg_stats prints values with their output function
     check_privileges(plpy, src, qis + [sa])
     hierarchies = {a.name: C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
                    for a in qis + [sa] if a.hierarchy_name is not None}

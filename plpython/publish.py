@@ -276,7 +276,7 @@ class ClassesTable:
             ", ".join(select), offset, offset + self.result.n_classes - 1, ", ".join(st.unnests), " ".join(st.joins))
         if self.exact_aggs:
             sql += (" JOIN (SELECT k.ec_id AS g_ec, %s FROM %s AS s JOIN %s AS k ON k.key = s.%s GROUP BY k.ec_id)"
-                    " AS g ON g.g_ec = u.ec_id" % (", ".join(self.exact_aggs), self.req.source["qname"],
+                    " AS g ON g.g_ec = u.ec_id" % (", ".join(self.exact_aggs), self.req.source["read"],
                                                    self.keys_table, C.ident(self.req.key.name)))
         sql = "CREATE TABLE %s AS %s" % (table, sql) if into is None else into.write("_classes", sql)
         return sql, st.types, st.params
@@ -401,7 +401,7 @@ def output_from_source_query(req, classes, keys_table):
              ["s.%s" % C.ident(a.name) for a in req.sensitive] + ["s.%s" % C.ident(c) for c in req.options.keep]
     return ("SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
             "JOIN %s AS c ON c.ec_id = k.ec_id ORDER BY k.ec_id, pg_catalog.random()" % (
-                ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
+                ", ".join(select), req.source["read"], keys_table, C.ident(req.key.name), classes))
 
 
 def write_output(plpy, req, run, classes, keys_table, summary, codes, result, into: Into | None = None):

@@ -170,6 +170,7 @@ def build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
     opts = parse_options(given, columns, qis)
     key = find_key(plpy, src, columns, given.get("key"))
     out = output_names(plpy, src, output)
+    src["read"] = C.read_sql(src, columns, [a.name for a in qis + (sa if several else [sa])] + [key.name] + list(opts.keep))
     req = Request(src, columns, tuple(qis), sa[0], key, t, k, method, opts, out, tuple(sa), ts) if several \
         else Request(src, columns, tuple(qis), sa, key, t, k, method, opts, out)
     check_column_names(req)
@@ -330,7 +331,7 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
         kind = "categorical" if name in hierarchies else C.kind_of(col)
         if kind is None:
             raise E.datatype_mismatch(
-                'column "%s" has type %s, which is neither numerical nor categorical' % (name, col["type"]),
+                'column "%s" has type %s, which is neither numerical nor categorical' % (name, col["declared"]),
                 "Numeric and date/time types are numerical; text, varchar, bool and enum are "
                 "categorical. Cast the column in a view.")
         attrs.append(Attr(name, col, kind, hierarchies.get(name)))

@@ -133,7 +133,7 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
         [name, req.source["qname"], req.source["oid"], arrival, req.key.name, [a.name for a in req.qis],
          req.sa.name, req.t, req.k, omega, step, req.method, json.dumps(req.options.given), req.output.schema,
          req.output.name, oids, identity])
-    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
+    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["read"],
                                                                                req.row_filter()))[0]["n"]
     return [(name, req.output.qualified(), omega, step, arrived, W.advances_ready(arrived, 0, omega, step))]
 
@@ -233,7 +233,7 @@ def horizon(plpy, s, req):
     r = plpy.execute(
         "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r "
         "ON s.%s OPERATOR(pg_catalog.=) r.key::%s WHERE r.stream_id = %d AND r.row_no = %d" % (
-            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"),
+            C.ident(s["arrival"]), req.source["read"], C.catalog("stream_rows"),
             C.ident(req.key.name), req.key.col["type"], s["stream_id"], first))
     return (r[0]["a"] if len(r) else None), first
 
@@ -287,7 +287,7 @@ def numbering_sql(s, req, where, matched) -> str:
             "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
             "WHERE r.stream_id = %d%s AND r.key OPERATOR(pg_catalog.=) (s.%s)::pg_catalog.text)" % (
                 C.catalog("stream_rows"), s["stream_id"], s["numbered"], C.ident(s["arrival"]), key, key,
-                req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"], matched, key))
+                req.source["read"], where, C.catalog("stream_rows"), s["stream_id"], matched, key))
 
 
 def window_state(s, window):
@@ -337,14 +337,14 @@ def slide_window(plpy, s, req, window) -> str:
             first, oid = window.first, table_oid(plpy, table)
     else:
         rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
-            row_no, req.source["qname"]))
+            row_no, req.source["read"]))
         first, oid = start, table_oid(plpy, table)
     # the entering rows' keys joined with the source: an index probe per key when it is indexed
     with C.settings(plpy, **key_probe(req, join=True)):
         got = plpy.execute(
             "INSERT INTO %s SELECT s.*, r.row_no FROM %s AS r JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
             "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
-                table, C.catalog("stream_rows"), req.source["qname"], C.ident(req.key.name), req.key.col["type"],
+                table, C.catalog("stream_rows"), req.source["read"], C.ident(req.key.name), req.key.col["type"],
                 s["stream_id"], start, window.last))
     if got.nrows() != window.last - start + 1:
         raise deleted(window.last - start + 1 - got.nrows(), window)
@@ -388,7 +388,7 @@ def read_window(plpy, s, req, window):
     (:func:`slide_window`), which takes the source's place in the request, its row numbers
     the key's: the stages read it as the relation, and join it by row number."""
     rows = slide_window(plpy, s, req, window)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=rows), key=request.Key(
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=rows, read=rows), key=request.Key(
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
@@ -569,7 +569,7 @@ def append_keys(plpy, s, req, window, a, row_nos, ecs):
             "SELECT (SELECT pg_catalog.count(*) FROM ins) AS n, (SELECT pg_catalog.count(*) FROM %s AS s WHERE "
             "s.%s OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.key FROM ins AS i))) AS present" % (
                 req.output.qualified("_keys"), key, s["next_ec"], a, row_hash_sql(req, "w"), window_table(s),
-                C.ident(ROW_NO), req.source["qname"], key), ["text", "text"]),
+                C.ident(ROW_NO), req.source["read"], key), ["text", "text"]),
         [array_literal(row_nos), array_literal(ecs)])[0]
     if got["n"] != len(row_nos):
         raise E.SabreError(E.INTERNAL, "advance %d: %d published rows are not in the window table" % (
@@ -594,7 +594,7 @@ def key_probe(req, join=False) -> dict:
 def status(plpy, name):
     s = load(plpy, name)
     req = stream_request(plpy, s)
-    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
+    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["read"],
                                                                                req.row_filter()))[0]["n"]
     window = W.window_of(s["advances"] + 1, s["window_size"], s["step"])
     published = window.first - 1 + len(s["ahead"] or [])
@@ -655,7 +655,7 @@ def verify(plpy, name):
         "pg_catalog.count(*) FILTER (WHERE s.%s IS NOT NULL AND %s IS DISTINCT FROM k.row_hash) AS updated "
         "FROM %s AS k LEFT JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
             C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req, "s", "k.row_hash"), req.output.qualified("_keys"),
-            req.source["qname"], C.ident(req.key.name)))[0]
+            req.source["read"], C.ident(req.key.name)))[0]
     late = late_rows(plpy, s, req)
     # a class whose rows in <output> or <output>_keys are not its recorded size violates too
     violations = mismatched + (int(np.count_nonzero(emds.violating(req.t, req.k))) if emds is not None else 0)
@@ -678,7 +678,7 @@ def window_emds(plpy, s, req):
         "LEFT JOIN %s AS k ON k.row_no = r.row_no LEFT JOIN %s AS c ON c.ec_id = k.ec_id GROUP BY g.wf" % (
             "(%s)::pg_catalog.text" % sa if not req.sa.numerical else sa if req.sa.typname == "numeric"
             else C.numeric_expr(None, req.sa.name, req.sa.col, "s."),
-            req.output.qualified("_classes"), C.catalog("stream_rows"), s["stream_id"], req.source["qname"],
+            req.output.qualified("_classes"), C.catalog("stream_rows"), s["stream_id"], req.source["read"],
             C.ident(req.key.name), req.key.col["type"], req.output.qualified("_keys"),
             req.output.qualified("_classes")))
     hierarchy = None
@@ -732,6 +732,6 @@ def late_rows(plpy, s, req) -> int:
         "SELECT pg_catalog.count(*) AS n FROM %s AS s%s AND %s OPERATOR(pg_catalog.<) (SELECT %s FROM %s AS s "
         "JOIN %s AS r ON %s = r.key::%s WHERE r.stream_id = %d AND r.row_no = %d) AND NOT EXISTS (SELECT FROM %s "
         "AS r WHERE r.stream_id = %d AND r.key = (%s)::pg_catalog.text)" % (
-            req.source["qname"], where, arrival, arrival, req.source["qname"], C.catalog("stream_rows"), key,
+            req.source["read"], where, arrival, arrival, req.source["read"], C.catalog("stream_rows"), key,
             req.key.col["type"], s["stream_id"], min(first, s["numbered"]), C.catalog("stream_rows"),
             s["stream_id"], key))[0]["n"]
