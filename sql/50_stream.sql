@@ -96,7 +96,6 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import stream
 return stream.migrate(plpy)
 $fn$;
-REVOKE ALL ON FUNCTION @schema@.stream_migrate() FROM PUBLIC;
 DO $mig$
 BEGIN
     IF pg_catalog.to_regclass('@schema@.streams_0_2') IS NOT NULL THEN
@@ -107,6 +106,7 @@ BEGIN
     END IF;
 END
 $mig$;
+DROP FUNCTION @schema@.stream_migrate();    -- needed during an upgrade only
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_stream_create(
     name              text,
