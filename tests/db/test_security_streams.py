@@ -114,6 +114,10 @@ def test_plants_under_guessed_ids_do_not_break_another_analysts_stream(roles):
     assert create(bob, name="bobs_w", source="visits")["stream"] == "bobs_w"
     assert len(advance(bob, "bobs_w")) == 0 and status(bob, "bobs_w")["numbered"] == 300
     assert [r[0] for r in alice.execute("SELECT name FROM sabre.streams").fetchall()] == ["visits_w"]
+    # mallory's own registry rows are all she sees, and they name no stream of hers
+    assert scalar(mallory, "SELECT count(*) FROM sabre.streams WHERE owner <> "
+                           "(SELECT oid FROM pg_roles WHERE rolname = current_user)") == 0
+    assert attempt(mallory, "SELECT * FROM sabre_stream_status('visits_w')")[0] == "42704"
 
 
 def test_superuser_stream_cannot_be_tampered_with(roles):
