@@ -71,7 +71,7 @@ def stream(plpy, name, cron):
     if s["cron_job"] is not None:
         unschedule_job(plpy, s["cron_job"])
     job = schedule_job(plpy, "sabre_stream_%d" % s["stream_id"], cron, command)
-    plpy.execute("UPDATE %s SET cron_job = %d WHERE stream_id = %d" % (C.catalog("streams"), job, s["stream_id"]))
+    plpy.execute("UPDATE %s SET cron_job = %d" % (s["state"], job))
     return job
 
 
@@ -82,7 +82,7 @@ def unschedule_stream(plpy, name):
     if s["cron_job"] is None:
         return False
     unschedule_job(plpy, s["cron_job"])
-    plpy.execute("UPDATE %s SET cron_job = NULL WHERE stream_id = %d" % (C.catalog("streams"), s["stream_id"]))
+    plpy.execute("UPDATE %s SET cron_job = NULL" % s["state"])
     return True
 
 

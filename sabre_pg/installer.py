@@ -557,7 +557,7 @@ QUALIFIED_WRAPPERS: tuple[str, ...] = (
     "sabre_anonymize(text,text[],text,double precision,integer,text,text,jsonb)",
 )
 # Catalog tables that must have row-level security enabled.
-RLS_TABLES = ("runs", "hierarchies", "output_locks", "run_tokens")
+RLS_TABLES = ("runs", "hierarchies", "output_locks", "run_tokens", "streams")
 # Grants the README tells the DBA to make to analysts, beyond what the SQL grants, by object
 # as check's findings name it: USAGE on the schema; editing hierarchies (row-level security
 # keeps each role to its own). A role may also be granted what the SQL gives PUBLIC.
