@@ -831,6 +831,7 @@ def late_rows(plpy, s, req) -> int:
 
 
 # ---------------------------------------------------------------------------- upgrade
+@E.entry_point
 def migrate(plpy) -> int:
     """``sabre-pg upgrade`` from the 0.2 layout (``sabre.streams_0_2``, ``sabre.stream_rows``,
     ``sabre.stream_advances``, shared by every role): each stream's state moves into relations

@@ -100,12 +100,14 @@ def test_a_dropped_foreign_key(pg_conn):
 
 
 def test_a_dropped_unique_constraint(pg_conn):
+    """The catalog's first primary key (a unique constraint: the catalog has no plain UNIQUE
+    of its own since streams keep their state per stream), dropped with what depends on it."""
     table, name = one(pg_conn, "SELECT conrelid::regclass::text, conname FROM pg_constraint "
-                               "WHERE connamespace = 'sabre'::regnamespace AND contype = 'u' ORDER BY 1, 2 LIMIT 1")
-    found = tampered_after(pg_conn, f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+                               "WHERE connamespace = 'sabre'::regnamespace AND contype IN ('u', 'p') ORDER BY 1, 2 LIMIT 1")
+    found = tampered_after(pg_conn, f"ALTER TABLE {table} DROP CONSTRAINT {name} CASCADE")
     relname = table.split(".")[-1]
     # the constraint, and the index that enforced it
-    assert found == {f"constraint {relname}.{name} is missing", f"index {name} is missing"}
+    assert {f"constraint {relname}.{name} is missing", f"index {name} is missing"} <= found
 
 
 def test_a_changed_default(pg_conn):
