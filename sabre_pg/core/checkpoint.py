@@ -14,30 +14,71 @@ tick that runs a trivial SPI statement, so a pending cancel ends the call there
 A tick must be cheap when it has nothing to do (it is called up to millions of times per
 run): the database's checks the time first and touches the server at most every few tenths
 of a second.
+
+Threads (method 'refine' with ``threads`` > 1): only the thread that installed the tick calls
+it (a database call from another thread would corrupt the backend).  That thread waits for
+its workers with :func:`map_checked`, ticking while it waits; when the tick raises, the tasks
+not started are cancelled and the running ones raise :class:`Stopped` at their next
+checkpoint, so the pool ends at once and the tick's error propagates.
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import FIRST_EXCEPTION, wait
 from contextlib import contextmanager
 from typing import Callable
 
 Tick = Callable[[], None]
-_ticks: list = []
+WAIT = 0.05                     # seconds a thread waiting for its workers sleeps between ticks
+_ticks: list = []               # (thread id, tick), innermost last
+_stopping = threading.Event()   # set: the workers' checkpoints raise Stopped
+
+
+class Stopped(Exception):
+    """A worker thread's run stopped because its caller's tick raised."""
 
 
 @contextmanager
 def checking(tick: Tick):
-    """Inside the block, :func:`checkpoint` calls ``tick()`` (the innermost block's)."""
-    _ticks.append(tick)
+    """Inside the block, :func:`checkpoint` calls ``tick()`` (the innermost block's) in this thread."""
+    entry = (threading.get_ident(), tick)
+    _ticks.append(entry)
     try:
         yield
     finally:
-        _ticks.remove(tick)
+        _ticks.remove(entry)
+        if not _ticks:
+            _stopping.clear()
 
 
 def checkpoint() -> None:
     """One round of a long loop is done: let the caller stop the run (its tick may raise)."""
     if _ticks:
-        _ticks[-1]()
+        owner, tick = _ticks[-1]
+        if owner == threading.get_ident():
+            tick()
+        elif _stopping.is_set():
+            raise Stopped("the run was stopped")
+
+
+def map_checked(pool, fn, *iterables) -> list:
+    """``list(pool.map(fn, *iterables))``, the waiting thread calling :func:`checkpoint` meanwhile;
+    if it raises, the tasks are stopped (module docstring) before the error propagates."""
+    futures = [pool.submit(fn, *args) for args in zip(*iterables)]
+    try:
+        pending = set(futures)
+        while pending:
+            checkpoint()
+            _, pending = wait(pending, timeout=WAIT, return_when=FIRST_EXCEPTION)
+            if any(f.done() and f.exception() is not None for f in futures):
+                break
+    except BaseException:
+        if _ticks:
+            _stopping.set()
+        for f in futures:
+            f.cancel()
+        raise
+    return [f.result() for f in futures]
 
 
 def checked(items):
