@@ -31,7 +31,7 @@ from typing import Callable
 Tick = Callable[[], None]
 WAIT = 0.05                     # seconds a thread waiting for its workers sleeps between ticks
 _ticks: list = []               # (thread id, tick), innermost last
-_stopping = threading.Event()   # set: the workers' checkpoints raise Stopped
+_worker = threading.local()     # .stop: the Event of the map_checked task this thread runs
 
 
 class Stopped(Exception):
@@ -47,8 +47,6 @@ def checking(tick: Tick):
         yield
     finally:
         _ticks.remove(entry)
-        if not _ticks:
-            _stopping.clear()
 
 
 def checkpoint() -> None:
@@ -57,14 +55,25 @@ def checkpoint() -> None:
         owner, tick = _ticks[-1]
         if owner == threading.get_ident():
             tick()
-        elif _stopping.is_set():
-            raise Stopped("the run was stopped")
+            return
+    stop = getattr(_worker, "stop", None)
+    if stop is not None and stop.is_set():
+        raise Stopped("the run was stopped")
 
 
 def map_checked(pool, fn, *iterables) -> list:
     """``list(pool.map(fn, *iterables))``, the waiting thread calling :func:`checkpoint` meanwhile;
     if it raises, the tasks are stopped (module docstring) before the error propagates."""
-    futures = [pool.submit(fn, *args) for args in zip(*iterables)]
+    stop = threading.Event()
+
+    def task(*args):
+        _worker.stop = stop
+        try:
+            return fn(*args)
+        finally:
+            _worker.stop = None
+
+    futures = [pool.submit(task, *args) for args in zip(*iterables)]
     try:
         pending = set(futures)
         while pending:
@@ -73,8 +82,7 @@ def map_checked(pool, fn, *iterables) -> list:
             if any(f.done() and f.exception() is not None for f in futures):
                 break
     except BaseException:
-        if _ticks:
-            _stopping.set()
+        stop.set()
         for f in futures:
             f.cancel()
         raise
