@@ -55,10 +55,11 @@ def _as_leaf_text(plpy, sa_name: str) -> str:
 
 
 def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
-            hierarchy: Hierarchy | None = None) -> X.ClassEMDs:
+            hierarchy: Hierarchy | None = None, name: str | None = None) -> X.ClassEMDs:
     """Size and exact EMD (against the whole relation) of every ``ec_id`` class.
 
-    ``relation_qname`` is a quoted, qualified name; ``sa_col`` the SA's entry of
+    ``relation_qname`` is a quoted, qualified name or a ``FROM`` item reading a relation in
+    safe types (``common.read_sql``; ``name`` is then the relation's, for messages); ``sa_col`` the SA's entry of
     ``common.columns()``; ``hierarchy`` the SA's hierarchy or None.  Errors: SA type with
     no EMD (42804), NULL ``ec_id`` or SA (22004), SA values that are not leaves (22023).
     """
@@ -66,7 +67,7 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
         "numerical": "ordered", "categorical": "equal"}.get(C.kind_of(sa_col))
     if kind is None:
         C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s for a sensitive attribute'
-               % (sa_name, sa_col["type"]),
+               % (sa_name, sa_col.get("declared", sa_col["type"])),
                "Numeric and date/time types are numerical (ordered distance); text, bool and enum "
                "are categorical (equal distance); any type can use a hierarchy of its text values.")
     fast = _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind)
@@ -81,7 +82,7 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
         row = plpy.execute(plpy.prepare(query, ["text[]"]), [hierarchy.leaves])[0]
     else:
         row = plpy.execute(query)[0]
-    _check_complete(plpy, row, relation_qname, sa_name, hierarchy)
+    _check_complete(plpy, row, relation_qname, sa_name, hierarchy, name or relation_qname)
     n = int(row["groups"])
     ec = T.decode_array(row["ec"], "int8", n)
     codes = T.decode_array(row["code"], "int8", n) - 1        # ranks and ordinals start at 1
@@ -89,7 +90,7 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
     return _class_emds(kind, ec, codes, counts, int(codes.max()) + 1 if n else 0, hierarchy)
 
 
-def diversity(plpy, relation_qname: str, sa_name: str | None) -> tuple:
+def diversity(plpy, relation_qname: str, sa_name: str | None, name: str | None = None) -> tuple:
     """(class ids ascending, sizes, distinct non-NULL sensitive values) of every ``ec_id``
     class (distinct values 0 when ``sa_name`` is None); NULL ``ec_id`` is refused (22004)."""
     distinct = "pg_catalog.count(DISTINCT o.%s)" % C.ident(sa_name) if sa_name else "0::pg_catalog.int8"
@@ -100,7 +101,7 @@ def diversity(plpy, relation_qname: str, sa_name: str | None) -> tuple:
             T.binary_agg("g.ec_id", "int8"), T.binary_agg("g.n", "int8"), T.binary_agg("g.d", "int8"),
             C.ident(EC), distinct, relation_qname))[0]
     if row["null_ec"]:
-        C.fail(plpy, C.NULL_NOT_ALLOWED, '%s has %d rows with NULL in column "%s"' % (relation_qname, row["null_ec"], EC),
+        C.fail(plpy, C.NULL_NOT_ALLOWED, '%s has %d rows with NULL in column "%s"' % (name or relation_qname, row["null_ec"], EC),
                "Every row needs its class in ec_id.")
     n = int(row["groups"])
     ec, sizes, d = (T.decode_array(row[c], "int8", n) for c in ("ec", "n", "d"))
@@ -178,12 +179,12 @@ def groups(ec, codes, m):
     return ec[starts], codes[starts], np.diff(np.append(starts, len(ec)))
 
 
-def _check_complete(plpy, row, relation_qname: str, sa_name: str, hierarchy):
+def _check_complete(plpy, row, relation_qname: str, sa_name: str, hierarchy, name: str):
     """Every tuple needs a class, an SA value and (with a hierarchy) a leaf."""
     for column, nulls in ((EC, row["null_ec"]), (sa_name, row["null_sa"])):
         if nulls:
             C.fail(plpy, C.NULL_NOT_ALLOWED, '%s has %d rows with NULL in column "%s"'
-                   % (relation_qname, nulls, column),
+                   % (name, nulls, column),
                    "Every row needs its class in ec_id and a sensitive value; t-closeness is "
                    "undefined for a row without them.")
     if row["missing"]:
@@ -191,7 +192,7 @@ def _check_complete(plpy, row, relation_qname: str, sa_name: str, hierarchy):
             sa=_as_leaf_text(plpy, sa_name), rel=relation_qname, col=C.qi(plpy, sa_name)),
             ["text[]"]), [hierarchy.leaves])]
         C.fail(plpy, C.INVALID_PARAMETER, '%d rows of %s have a value of "%s" that is not a leaf '
-               'of hierarchy "%s"' % (row["missing"], relation_qname, sa_name, hierarchy.name),
+               'of hierarchy "%s"' % (row["missing"], name, sa_name, hierarchy.name),
                "Use the hierarchy the output was made with, or add the missing values to it "
                "with sabre_define_hierarchy.",
                detail="Values not in the hierarchy include: %s." % ", ".join(repr(v) for v in examples))

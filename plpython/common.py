@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 
-from sabre_pg.core import parameters
-from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core import limits, parameters
+from sabre_pg.core.hierarchy import Hierarchy, check_size
 
 from . import errors as E
+from . import safe_types
 from ._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
 from .errors import (DATATYPE_MISMATCH, INVALID_PARAMETER, NULL_NOT_ALLOWED,  # noqa: F401 (used as C.*)
                      UNDEFINED_COLUMN, UNDEFINED_OBJECT)
@@ -28,9 +29,7 @@ def fail(plpy, sqlstate: str, message: str, hint: str | None = None, detail: str
     E.raise_sql(plpy, E.SabreError(sqlstate, message, hint, detail))
 
 
-def ident(name: str) -> str:
-    """A quoted SQL identifier (always quoted: the same text as quote_ident for any name)."""
-    return '"%s"' % str(name).replace('"', '""')
+ident = safe_types.ident
 
 
 def qi(plpy, name: str) -> str:
@@ -102,14 +101,17 @@ def resolve_relation(plpy, source, name: str | None = None) -> dict:
 
 
 def columns(plpy, oid: int) -> dict:
-    """name -> {type (format_type), category (pg_type.typcategory), typname}, in column order."""
-    rows = plpy.execute(plpy.prepare(
-        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type, t.typcategory, "
-        "t.typname, a.attnotnull FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        ["oid"]), [oid])
-    return {r["attname"]: {"type": r["type"], "category": r["typcategory"],
-                           "typname": r["typname"], "notnull": r["attnotnull"]} for r in rows}
+    """name -> {type, category (pg_type.typcategory), typname, notnull, declared, read,
+    unsafe}, in column order: each column as sabre reads and writes it, a type whose casts
+    and constraints are a superuser's (:mod:`.safe_types`; ``declared`` is its own type)."""
+    rows = plpy.execute(prepared(plpy, safe_types.COLUMNS_SQL, ["oid"]), [oid])
+    return {r["attname"]: safe_types.column(r) for r in rows}
+
+
+def read_sql(info: dict, cols: dict, used=()) -> str:
+    """The ``FROM`` item reading relation ``info`` (:func:`resolve_relation`) with ``cols``
+    (:func:`columns`) converted to their safe types (:func:`safe_types.read_sql`)."""
+    return safe_types.read_sql(info["qname"], cols, used)
 
 
 def kind_of(col: dict) -> str | None:
@@ -145,7 +147,25 @@ def leaf_position_join(alias: str, param: int, value_sql: str) -> str:
             "ON %s.leaf OPERATOR(pg_catalog.=) %s" % (param, alias, alias, value_sql))
 
 
+HIERARCHY_CAP_HINT = ("Generalize the leaves first (for example codes to their first characters) or split "
+                      "the hierarchy; the caps are listed in docs/hierarchies.md.")
+
+
+def check_hierarchy_size(name: str, leaves: int, height: int, cells: int, text_bytes: int = 0):
+    """54000 when a caller's hierarchy exceeds the caps of ``sabre_pg.core.limits``."""
+    try:
+        check_size(leaves, height, cells, text_bytes)
+    except limits.LimitExceeded as e:
+        raise E.program_limit_exceeded('hierarchy "%s" is too large: %s' % (name, e), HIERARCHY_CAP_HINT)
+
+
 def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
+    size = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.count(*) AS leaves, COALESCE(pg_catalog.max(pg_catalog.cardinality(path)), 1) AS width, "
+        "COALESCE(pg_catalog.sum(pg_catalog.cardinality(path)), 0) AS cells, COALESCE(pg_catalog.sum("
+        "pg_catalog.octet_length(pg_catalog.array_to_string(path, ''))), 0) AS bytes FROM %s "
+        "WHERE hierarchy OPERATOR(pg_catalog.=) $1" % catalog("hierarchy_rows"), ["text"]), [name])[0]
+    check_hierarchy_size(name, size["leaves"], size["width"] - 1, size["cells"], size["bytes"])
     rows = plpy.execute(plpy.prepare(
         "SELECT path FROM %s WHERE hierarchy OPERATOR(pg_catalog.=) $1 ORDER BY ord"
         % catalog("hierarchy_rows"), ["text"]), [name])

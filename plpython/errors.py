@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 
+from sabre_pg.core import limits
 from sabre_pg.core.checkpoint import checking
 from sabre_pg.core.pages import small_pages
 
@@ -67,6 +68,14 @@ lock_not_available = _kind(LOCK_NOT_AVAILABLE)
 not_in_prerequisite_state = _kind(NOT_IN_PREREQUISITE_STATE)
 source_changed = _kind(SERIALIZATION_FAILURE)
 program_limit_exceeded = _kind(PROGRAM_LIMIT_EXCEEDED)
+
+
+def cap(what: str, value: int, limit: int, hint: str):
+    """Raise 54000 program_limit_exceeded when ``value`` exceeds ``limit`` (one of
+    ``sabre_pg.core.limits``, documented in docs/security.md, "Caps")."""
+    message = limits.over(what, value, limit)
+    if message:
+        raise program_limit_exceeded(message, hint)
 
 
 def raise_sql(plpy, error: SabreError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sabre_pg.core import limits
 from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
@@ -28,7 +29,7 @@ from sabre_pg.core.sabre import PlanCounter, plan_counts
 
 from . import common as C
 from . import errors as E
-from . import request, scan
+from . import request, safe_types, scan
 
 OPTION_KEYS = ("hierarchies", "lookahead", "nulls", "analyze", "suggest")
 OPTIONS_EXAMPLE = '{"suggest": true}'
@@ -404,6 +405,7 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
     columns = C.columns(plpy, src["oid"])
     qis, sa = request.attributes(columns, quasi_identifiers, sensitive, given.get("hierarchies"))
     opts = request.parse_options(given, columns, qis)
+    safe_types.check(columns, [a.name for a in qis + [sa]])      # pg_stats prints values with their output function
     check_privileges(plpy, src, qis + [sa])
     hierarchies = {a.name: C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
                    for a in qis + [sa] if a.hierarchy_name is not None}
@@ -476,6 +478,8 @@ def t_values(t) -> list:
     values = t if isinstance(t, list) else [t]
     if not values:
         raise E.invalid_parameter("t is an empty array", T_HINT)
+    E.cap("t values", len(values), limits.ESTIMATE_T_VALUES,
+          "Estimate a coarser grid (options.suggest gives the curve over 19 values of t), or split the call.")
     return [C.check_t(x, T_HINT) for x in values]
 
 

@@ -61,16 +61,23 @@ def expression(plpy, a, q: I.QILevels, level: int, hierarchy) -> str:
             return column
         return "pg_catalog.floor((%s - %r::pg_catalog.float8) / %r::pg_catalog.float8)" % (
             C.numeric_expr(None, a.name, a.col), q.intervals.origin, q.intervals.widths[level - 1])
-    if a.typname not in TEXT_IMMUTABLE:
+    if _as_itself(a):
         return column
     leaves = ", ".join(plpy.quote_literal(str(v)) for v in hierarchy.leaves)
     return "(ARRAY[%s]::pg_catalog.int4[])[pg_catalog.array_position(ARRAY[%s]::pg_catalog.text[], (%s)::pg_catalog.text)]" % (
         ", ".join(str(int(g)) for g in q.groups[level]), leaves, column)
 
 
+def _as_itself(a) -> bool:
+    """A categorical QI used as the bare column: its text form is not immutable, or it is read
+    through its type's output function (safe_types: a cast of the type's owner is never
+    written into an expression)."""
+    return a.typname not in TEXT_IMMUTABLE or a.col.get("converted", False)
+
+
 def allowed_levels(a, q: I.QILevels) -> tuple:
     """The levels with an immutable expression: all, or for a column used as it is 0 and ``*``."""
-    itself = (q.intervals is None and a.typname not in TEXT_IMMUTABLE) or \
+    itself = (q.intervals is None and _as_itself(a)) or \
         (q.intervals is not None and a.typname in NUMBER_STABLE)
     return (0, q.top) if itself else tuple(range(q.top + 1))
 
@@ -180,7 +187,7 @@ def groups_of(plpy, a, q: I.QILevels, level: int, texts) -> np.ndarray:
     elif q.intervals is not None:
         position = {v: c for c, v in enumerate(q.cells)}
         out[given] = [position.get(float(v), -1) for v in S.decode_list(plpy, a, values)]
-    elif a.typname in TEXT_IMMUTABLE:
+    elif not _as_itself(a):
         out[given] = [int(v) for v in values]
     else:
         position = {v: c for c, v in enumerate(q.cells)}

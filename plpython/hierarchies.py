@@ -7,6 +7,7 @@ DBA grants.
 """
 from __future__ import annotations
 
+from sabre_pg.core import limits
 from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, parse_arx
 
 from . import common as C
@@ -19,8 +20,14 @@ GRANT_HINT = ("Ask the DBA to allow it: GRANT INSERT, UPDATE, DELETE ON %s, %s T
 @E.entry_point
 def define(plpy, name, csv, delimiter=";"):
     _check_arguments(name, csv, delimiter)
+    text_bytes = len(csv)                      # characters: a lower bound of the bytes
+    if text_bytes <= limits.HIERARCHY_TEXT_BYTES:
+        text_bytes = len(csv.encode("utf-8"))
+    C.check_hierarchy_size(name, 0, 0, 0, text_bytes)
+    rows = parse_arx(csv.lstrip("\ufeff"), delimiter)
+    C.check_hierarchy_size(name, len(rows), max((len(r) for r in rows), default=1) - 1, sum(len(r) for r in rows))
     try:
-        h = Hierarchy(parse_arx(csv.lstrip("\ufeff"), delimiter), name=name)
+        h = Hierarchy(rows, name=name)
     except HierarchyError as e:
         raise E.SabreError(E.BAD_FILE_FORMAT, "malformed hierarchy: %s" % e,
                            "Every row must be leaf%slevel1%s...%sroot with the same number of fields, one "

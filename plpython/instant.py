@@ -130,6 +130,7 @@ def build(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, outp
     flags = [request.boolean_option(given, name, False, hint) for name, hint in (
         ("analyze", "true runs ANALYZE on the QIs first (the table's owner only)."),
         ("hybrid", "true uses the normal approximation (HYBRID) for buckets of 9 or more expected rows."))]
+    src["read"] = C.read_sql(src, columns, [a.name for a in qis + ([sa] if sa else [])] + list(opts.keep))
     req = InstantRequest(src, columns, tuple(qis), sa, k, l, max_suppressed, float(threshold), criterion, batch,
                          statistics, flags[0], flags[1], search, opts, out, given)
     check_columns(req)
@@ -227,9 +228,7 @@ def check_lattice(levels) -> int:
         raise E.program_limit_exceeded(
             str(e), "Use coarser hierarchies (fewer levels: a level that merges few values adds nodes but little "
             "choice), fewer quasi-identifiers, or one hierarchy for a numerical quasi-identifier; the lattice "
-            "has one node per combination of levels (docs/instant.md, \"Bounds\").",
-            "%d nodes allowed; levels per quasi-identifier: %s." % (
-                e.cap, ", ".join("%s %d" % x for x in zip(e.names, e.levels))))
+            "has one node per combination of levels (docs/instant.md, \"Bounds\").")
 
 
 def qi_levels(a, stats: S.ColumnStatistics, hierarchy, extra_values) -> I.QILevels:
@@ -278,15 +277,17 @@ EXTENDED_SQL = (
     "SELECT e.attnames::pg_catalog.text[] AS attnames, e.most_common_vals AS vals, "
     "e.most_common_val_nulls AS nulls, e.most_common_freqs AS freqs FROM pg_catalog.pg_stats_ext AS e "
     "WHERE e.schemaname = $1 AND e.tablename = $2 AND e.most_common_vals IS NOT NULL "
-    "AND e.attnames @> $3::pg_catalog.name[] ORDER BY e.inherited DESC, pg_catalog.cardinality(e.attnames), "
+    "AND e.attnames @> $3::pg_catalog.name[] AND e.attnames <@ $4::pg_catalog.name[] ORDER BY e.inherited DESC, pg_catalog.cardinality(e.attnames), "
     "e.statistics_name LIMIT 1")
 
 
 def read_joint(plpy, req):
     """(items x QIs values, frequencies) of the best pg_stats_ext MCV list covering the QIs,
     projected on them (items with a NULL QI left out), or None."""
-    found = plpy.execute(plpy.prepare(EXTENDED_SQL, ["name", "name", "text[]"]), [
-        req.source["nspname"], req.source["relname"], [a.name for a in req.qis]])
+    # (only lists on columns read safely: pg_stats_ext prints every column's values with its output function)
+    found = plpy.execute(plpy.prepare(EXTENDED_SQL, ["name", "name", "text[]", "text[]"]), [
+        req.source["nspname"], req.source["relname"], [a.name for a in req.qis],
+        [n for n, c in req.columns.items() if not c["unsafe"]]])
     if not len(found):
         return None
     r = found[0]
@@ -404,7 +405,7 @@ class Generalizer:
         return "CASE WHEN %s THEN 2 WHEN %s THEN 1 ELSE 0 END" % (nulls, missing or "false")
 
     def source(self) -> str:
-        return "%s AS s %s%s" % (self.req.source["qname"], " ".join(self.joins), self.req.row_filter())
+        return "%s AS s %s%s" % (self.req.source["read"], " ".join(self.joins), self.req.row_filter())
 
     def condition(self, alias: str) -> str:
         ok = "%s.n >= %d" % (alias, self.req.k)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from sabre_pg.core import limits
 from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.exact_emd import domain_class_emds
 from sabre_pg.core.mondrian import against_table
@@ -46,7 +47,7 @@ from . import transfer as T
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
 HIST_BUCKETS = 256       # at most this many buckets per numerical QI in the split's cells
 CELL_CAP = 1 << 20       # at most this many cells (buckets x SA values): the split's memory bound
-MAX_PARTS = 4096
+MAX_PARTS = limits.PARTS
 EDGE_BATCH = 16          # candidate cuts per exact-EMD call of the split
 LOOKAHEAD = 4            # cuts compared by finishing the split after each (the split's first cuts)
 LOOKAHEAD_CUTS = 4       # ... for this many first cuts
@@ -158,11 +159,11 @@ def _spans(plpy, req, nums, root) -> list:
     exprs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
     r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
         ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
-                  % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["qname"], root.where(req)))[0]
+                  % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["read"], root.where(req)))[0]
     if any(r["c%d" % i] != r["n"] for i in range(len(nums))):
         raise scan.null_error(req.attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
             ", ".join("count(s.%s) AS c%d" % (C.ident(a.name), i) for i, a in enumerate(req.attrs)),
-            req.source["qname"]))[0])
+            req.source["read"]))[0])
     if r["n"] != root.rows:
         raise _changed()
     return [(r["lo%d" % i], r["hi%d" % i]) for i in range(len(nums))]
@@ -210,7 +211,7 @@ def _cells(plpy, req, summary, nums, bounds) -> _Cells:
         ", ".join("%s AS b%d" % (_bucket_sql("(%s)" % v, lo, hi, z), i)
                   for i, (v, (lo, hi), z) in enumerate(zip(vs, bounds, sizes))),
         ", ".join("%s AS v%d" % (v, i) for i, v in enumerate(vs)), _sa_expr(plpy, req, summary),
-        req.source["qname"], req.row_filter())
+        req.source["read"], req.row_filter())
     grouped = "SELECT %s, x.sa, pg_catalog.count(*) AS n, %s FROM (%s) AS x GROUP BY %s, x.sa" % (
         ", ".join("x.b%d" % i for i in range(len(nums))),
         ", ".join("pg_catalog.min(x.v%d) AS lo%d, pg_catalog.max(x.v%d) AS hi%d" % (i, i, i, i)
@@ -410,14 +411,16 @@ def stage_rows(plpy, req, parts):
     head, _, tail = parts[0].rows_table.rpartition("_0_rows")
     parent = head + "_rows" + tail
     col = C.ident("sabre_part_%s" % secrets.token_hex(TAG_BYTES))
-    plpy.execute("CREATE TABLE %s (%s pg_catalog.int4 NOT NULL, LIKE %s) PARTITION BY LIST (%s)" % (
-        parent, col, req.source["qname"], col))
+    # the source's columns in their safe types (safe_types): no type of another role in a table of the run
+    plpy.execute("CREATE TABLE %s (%s pg_catalog.int4 NOT NULL, %s) PARTITION BY LIST (%s)" % (
+        parent, col, ", ".join("%s %s%s" % (C.ident(name), c["type"], " NOT NULL" if c["notnull"] else "")
+                               for name, c in req.columns.items() if not c["unsafe"]), col))
     for j, p in enumerate(parts):
         plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
     case = part_case([(p.conds, j) for j, p in enumerate(parts)])
     with C.settings(plpy, jit="off"):
         plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
-                     % (parent, case, req.source["qname"], req.row_filter()))
+                     % (parent, case, req.source["read"], req.row_filter()))
     for p in parts:
         plpy.execute("ALTER TABLE %s DETACH PARTITION %s" % (parent, p.rows_table))
         plpy.execute("ALTER TABLE %s DROP COLUMN %s" % (p.rows_table, col))
@@ -442,8 +445,8 @@ def anonymize_part(plpy, req, part: Part, j: int, into) -> int:
     source = part.rows_table
     if not source:
         source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
-        plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s WHERE %s" % (
-            source.split(".", 1)[1], req.source["qname"], part.predicate))
+        plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s AS s WHERE %s" % (
+            source.split(".", 1)[1], req.source["read"], part.predicate))
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name, part.budget, req.k,
                              req.method, part.output, json.dumps(part_options(req)))
     classes = anonymize.run_part(plpy, part_req, into)
@@ -758,7 +761,7 @@ def _keys_mismatch():
 def check_every_row_once(plpy, req, built):
     """Every row of the source exactly once: as many keys as source rows and output rows, and
     every source row's key among them (so the keys are the source's, each once)."""
-    key, src = C.ident(req.key.name), req.source["qname"]
+    key, src = C.ident(req.key.name), req.source["read"]
     filt = req.row_filter()
     r = plpy.execute(
         "SELECT (SELECT pg_catalog.count(*) FROM %(k)s) AS keys, (SELECT pg_catalog.count(*) FROM %(o)s) AS "
@@ -799,5 +802,6 @@ def run_publish(plpy, source, quasi_identifiers, sensitive, t, k, method, output
     """sabre_publish_parts: the parts' outputs (made by sabre_anonymize) published as one."""
     if not parts:
         raise E.invalid_parameter("parts must name at least one part output", "Pass sabre_partitions' part_output.")
+    E.cap("parts", len(parts), limits.PARTS, "Pass sabre_partitions' part_output: it makes at most this many.")
     req = request.build(plpy, source, None, quasi_identifiers, sensitive, t, k, method, output, options)
     return publish_parts(plpy, req, list(parts), Stopwatch())

@@ -1,7 +1,8 @@
 """Stage 4 of sabre_anonymize: publish the classes.
 
-1. the run begins in the catalog (``run_begin``: its id and a secret token) and takes the
-   output's advisory lock, so two runs to one output are serialized (the second fails fast);
+1. the run begins in the catalog (``run_begin``: its id and a secret token) and locks the
+   output's row in ``output_locks``, so two runs to one output are serialized (the second
+   fails fast); only the role itself can take that lock (``lock_output``);
 2. a previous output is replaced only if a recorded run of the same owner created it and it
    still carries that run's identity (OID + token in its COMMENT), never by name alone;
 3. the side table ``<output>_keys``, ``<output>_classes`` and ``<output>`` are built under
@@ -30,7 +31,6 @@ from . import errors as E
 from . import labels
 from . import transfer as T
 
-LOCK_CLASS = 0x5AB2E           # first key of sabre's advisory locks (the output's hash is the second)
 SUBSCRIPT_LABELS = 256         # hierarchies with at most this many nodes label by array subscript
 EXACT_TYPES = C.INTEGER_TYPES + ("float4", "float8", "date")
 
@@ -56,15 +56,37 @@ class Previous:
 
 def begin(plpy, req) -> Run:
     """A run id and token from the catalog, and the output's lock (fail fast if taken)."""
-    got = plpy.execute(plpy.prepare(
-        "SELECT pg_catalog.pg_try_advisory_xact_lock(%d, pg_catalog.hashtext($1)) AS ok" % LOCK_CLASS,
-        ["text"]), [req.output.qualified()])[0]["ok"]
-    if not got:
-        raise E.lock_not_available(
-            "another sabre_anonymize run is writing the output %s" % req.output.qualified(),
-            "Wait for it to finish and run again, or choose another output name.")
+    lock_output(plpy, req.output)
     r = plpy.execute("SELECT run_id, token FROM %s()" % C.catalog("run_begin"))[0]
     return Run(r["run_id"], r["token"])
+
+
+def lock_output(plpy, output):
+    """Lock the current role's row of ``output`` in ``output_locks`` until the transaction
+    ends, or fail at once (55P03) when another transaction of this role holds it.  The row is
+    keyed by the role, and row-level security lets a role insert, see and lock only its own:
+    a role without rights on the output cannot block it (docs/security.md, finding 6).  The
+    first run to an output inserts the row; a concurrent first run then waits on that
+    uncommitted row, which ``lock_timeout`` cuts short."""
+    key = "owner OPERATOR(pg_catalog.=) CURRENT_USER AND nsp OPERATOR(pg_catalog.=) n.oid " \
+          "AND relname OPERATOR(pg_catalog.=) $2"
+    statements = [
+        ("SELECT 1 FROM %s AS l, pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) $1 AND %s "
+         "FOR UPDATE OF l NOWAIT" % (C.catalog("output_locks"), key)),
+        ("INSERT INTO %s (owner, nsp, relname) SELECT CURRENT_USER, n.oid, $2 FROM pg_catalog.pg_namespace AS n "
+         "WHERE n.nspname OPERATOR(pg_catalog.=) $1 ON CONFLICT DO NOTHING RETURNING 1" % C.catalog("output_locks"))]
+    try:
+        with plpy.subtransaction(), C.settings(plpy, lock_timeout="1ms"):
+            for _ in range(2):      # (an insert that lost to a committed one locks that row)
+                for statement in statements:
+                    if len(plpy.execute(plpy.prepare(statement, ["name", "name"]), [output.schema, output.name])):
+                        return
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) != E.LOCK_NOT_AVAILABLE:
+            raise
+    raise E.lock_not_available(
+        "another sabre_anonymize run is writing the output %s" % output.qualified(),
+        "Wait for it to finish and run again, or choose another output name.")
 
 
 def previous(plpy, req) -> Previous:
@@ -254,7 +276,7 @@ class ClassesTable:
             ", ".join(select), offset, offset + self.result.n_classes - 1, ", ".join(st.unnests), " ".join(st.joins))
         if self.exact_aggs:
             sql += (" JOIN (SELECT k.ec_id AS g_ec, %s FROM %s AS s JOIN %s AS k ON k.key = s.%s GROUP BY k.ec_id)"
-                    " AS g ON g.g_ec = u.ec_id" % (", ".join(self.exact_aggs), self.req.source["qname"],
+                    " AS g ON g.g_ec = u.ec_id" % (", ".join(self.exact_aggs), self.req.source["read"],
                                                    self.keys_table, C.ident(self.req.key.name)))
         sql = "CREATE TABLE %s AS %s" % (table, sql) if into is None else into.write("_classes", sql)
         return sql, st.types, st.params
@@ -379,7 +401,7 @@ def output_from_source_query(req, classes, keys_table):
              ["s.%s" % C.ident(a.name) for a in req.sensitive] + ["s.%s" % C.ident(c) for c in req.options.keep]
     return ("SELECT %s FROM %s AS s JOIN %s AS k ON k.key = s.%s "
             "JOIN %s AS c ON c.ec_id = k.ec_id ORDER BY k.ec_id, pg_catalog.random()" % (
-                ", ".join(select), req.source["qname"], keys_table, C.ident(req.key.name), classes))
+                ", ".join(select), req.source["read"], keys_table, C.ident(req.key.name), classes))
 
 
 def write_output(plpy, req, run, classes, keys_table, summary, codes, result, into: Into | None = None):

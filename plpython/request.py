@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sabre_pg.core import limits
 from sabre_pg.core.sabre import METHODS
 
 from . import common as C
@@ -169,6 +170,7 @@ def build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
     opts = parse_options(given, columns, qis)
     key = find_key(plpy, src, columns, given.get("key"))
     out = output_names(plpy, src, output)
+    src["read"] = C.read_sql(src, columns, [a.name for a in qis + (sa if several else [sa])] + [key.name] + list(opts.keep))
     req = Request(src, columns, tuple(qis), sa[0], key, t, k, method, opts, out, tuple(sa), ts) if several \
         else Request(src, columns, tuple(qis), sa, key, t, k, method, opts, out)
     check_column_names(req)
@@ -182,6 +184,8 @@ def sensitive_thresholds(sensitive, t) -> tuple:
         if value is None or not len(value) or any(v is None for v in value):
             raise E.SabreError(E.NULL_NOT_ALLOWED if value is None or len(value) else E.INVALID_PARAMETER,
                                "%s must be a non-empty array without NULLs" % name, SENSITIVE_HINT)
+    E.cap("sensitive attributes", len(sensitive), limits.SENSITIVE_ATTRIBUTES,
+          "Anonymize for fewer sensitive attributes at a time.")
     if len(sensitive) != len(t):
         raise E.invalid_parameter("sensitive has %d attributes but t has %d values (arrays of different lengths)"
                                   % (len(sensitive), len(t)), SENSITIVE_HINT)
@@ -300,6 +304,8 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
         raise E.invalid_parameter("quasi_identifiers is empty",
                                   "List the columns an attacker may know, e.g. ARRAY['age','sex','zip'].")
     names = list(quasi_identifiers)
+    E.cap("quasi-identifiers", len(names), limits.QUASI_IDENTIFIERS,
+          "List the columns an attacker may know; more quasi-identifiers than this leave no utility.")
     seen = set()
     for q in names:
         if q is None:
@@ -325,7 +331,7 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
         kind = "categorical" if name in hierarchies else C.kind_of(col)
         if kind is None:
             raise E.datatype_mismatch(
-                'column "%s" has type %s, which is neither numerical nor categorical' % (name, col["type"]),
+                'column "%s" has type %s, which is neither numerical nor categorical' % (name, col["declared"]),
                 "Numeric and date/time types are numerical; text, varchar, bool and enum are "
                 "categorical. Cast the column in a view.")
         attrs.append(Attr(name, col, kind, hierarchies.get(name)))

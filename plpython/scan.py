@@ -103,7 +103,7 @@ def hierarchies(plpy, req) -> dict:
         where = req.row_filter() or " WHERE s.%s IS NOT NULL" % C.ident(a.name)
         values = plpy.execute(
             "SELECT pg_catalog.array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT (s.%s)::pg_catalog.text AS v "
-            "FROM %s AS s%s) d" % (C.ident(a.name), req.source["qname"], where))[0]["vs"]
+            "FROM %s AS s%s) d" % (C.ident(a.name), req.source["read"], where))[0]["vs"]
         if values:
             found[a.name] = Hierarchy.flat(values, name=a.name)
     return found
@@ -116,7 +116,7 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
     A value that is no leaf of a named hierarchy is reported here, matched exactly by text; a
     numerical SA's distinct values are int8 for integer types, else the float8 of the read.
     """
-    sa, source, where = sa or req.sa, req.source["qname"], req.row_filter()
+    sa, source, where = sa or req.sa, req.source["read"], req.row_filter()
     c = "s." + C.ident(sa.name)
     if sa.numerical and sa.typname == "numeric":
         return _numeric_summary(plpy, req, c, sa)
@@ -154,7 +154,7 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
 def _numeric_summary(plpy, req, column, sa) -> SASummary:
     """A ``numeric`` SA, exactly: its distinct values in numeric order (their canonical text,
     ``trim_scale``, is what the read hashes), so no two values merge as they would in float8."""
-    source, where = req.source["qname"], req.row_filter()
+    source, where = req.source["read"], req.row_filter()
     r = plpy.execute(
         "SELECT COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IS NULL), 0) AS nulls, "
         "COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
@@ -171,12 +171,13 @@ def _numeric_summary(plpy, req, column, sa) -> SASummary:
 
 def _check_rows(plpy, req, r):
     """The NULL error (options.nulls = 'error') and the no-rows error of the SA summary."""
-    source, where = req.source["qname"], req.row_filter()
+    where = req.row_filter()
     if r["nulls"] and req.options.nulls == "error":
         raise null_error(req.attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
-            ", ".join("count(s.%s) AS c%d" % (C.ident(a.name), i) for i, a in enumerate(req.attrs)), source))[0])
+            ", ".join("count(s.%s) AS c%d" % (C.ident(a.name), i) for i, a in enumerate(req.attrs)),
+            req.source["read"]))[0])
     if r["total"] == 0:
-        raise no_rows(source, where)
+        raise no_rows(req.source["qname"], where)
 
 
 def _leaf_counts(sa, hierarchy, values, counts) -> np.ndarray:
@@ -219,7 +220,7 @@ class ReadPlan:
                 T.int32_pair_sql(first, second[1]) if second else first, "int8"), i))
         # OFFSET 0 keeps the inner query a subquery, so each hash is computed once per row
         self.sql = "SELECT %s FROM (SELECT %s FROM %s AS s%s OFFSET 0) AS s" % (
-            ", ".join(select), ", ".join(inner), req.source["qname"], req.row_filter())
+            ", ".join(select), ", ".join(inner), req.source["read"], req.row_filter())
 
     def _column(self, i, a, inner, select, halves):
         column, alias = "s." + C.ident(a.name), "s.a%d" % i
@@ -352,7 +353,7 @@ def missing_values(plpy, req, a, leaves):
     """The error for values of a categorical column that are not hierarchy leaves."""
     miss = plpy.execute(plpy.prepare(
         "SELECT v, count(*) OVER () AS m FROM (SELECT DISTINCT s.%s::text AS v FROM %s AS s%s) d "
-        "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (C.ident(a.name), req.source["qname"],
+        "WHERE NOT (v = ANY ($1)) ORDER BY v LIMIT 5" % (C.ident(a.name), req.source["read"],
                                                           req.row_filter()), ["text[]"]),
         [leaves])
     if not len(miss):

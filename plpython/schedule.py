@@ -72,7 +72,7 @@ def stream(plpy, name, cron):
     if s["cron_job"] is not None:
         unschedule_job(plpy, s["cron_job"])
     job = schedule_job(plpy, "sabre_stream_%d" % s["stream_id"], cron, command)
-    plpy.execute("UPDATE %s SET cron_job = %d WHERE stream_id = %d" % (C.catalog("streams"), job, s["stream_id"]))
+    plpy.execute("UPDATE %s SET cron_job = %d" % (s["state"], job))
     return job
 
 
@@ -83,21 +83,53 @@ def unschedule_stream(plpy, name):
     if s["cron_job"] is None:
         return False
     unschedule_job(plpy, s["cron_job"])
-    plpy.execute("UPDATE %s SET cron_job = NULL WHERE stream_id = %d" % (C.catalog("streams"), s["stream_id"]))
+    plpy.execute("UPDATE %s SET cron_job = NULL" % s["state"])
     return True
 
 
 def recorded_run(plpy, output) -> dict:
-    """The caller's last recorded run whose output is ``output`` (an OID or a qualified name)."""
+    """The caller's own last recorded run whose output is ``output`` (an OID or a qualified
+    name), checked before anything of the run is read or run (docs/security.md, "Refresh and
+    schedule act only on your own runs"): the run and the output belong to the current role
+    (42501 otherwise, even for a superuser, who sees every run), and that role can still read
+    the source (42501), which still exists (42P01).  The source is the recorded OID and the
+    output the recorded qualified name: nothing is resolved through a search_path."""
     rel = C.resolve_relation(plpy, output)
     r = plpy.execute(plpy.prepare(
-        "SELECT r.* FROM %s AS o JOIN %s AS r ON r.run_id OPERATOR(pg_catalog.=) o.run_id "
-        "WHERE o.output::pg_catalog.oid OPERATOR(pg_catalog.=) $1 ORDER BY r.run_id DESC LIMIT 1"
+        "SELECT r.*, r.run_by OPERATOR(pg_catalog.=) CURRENT_USER::pg_catalog.text "
+        "AND c.relowner OPERATOR(pg_catalog.=) u.oid AS mine "
+        "FROM %s AS o JOIN %s AS r ON r.run_id OPERATOR(pg_catalog.=) o.run_id "
+        "JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) o.output::pg_catalog.oid, "
+        "pg_catalog.pg_roles AS u WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER "
+        "AND o.output::pg_catalog.oid OPERATOR(pg_catalog.=) $1 ORDER BY r.run_id DESC LIMIT 1"
         % (C.catalog("outputs"), C.catalog("runs")), ["oid"]), [rel["oid"]])
     if not len(r):
         raise E.SabreError(E.UNDEFINED_OBJECT, "%s is not the output of one of your recorded runs" % rel["qname"],
                            "Only outputs of sabre_anonymize (sabre.outputs lists yours) can be refreshed.")
-    return dict(r[0], qname=rel["qname"])
+    run = dict(r[0], qname=rel["qname"])
+    if not run["mine"]:
+        role = plpy.execute(plpy.prepare("SELECT pg_catalog.pg_get_userbyid(c.relowner) AS owner FROM "
+                                         "pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1", ["oid"]),
+                            [rel["oid"]])[0]["owner"]
+        raise E.insufficient_privilege(
+            "%s is the output of a run by role %s: sabre refreshes and schedules only the current role's own runs"
+            % (rel["qname"], C.ident(run["run_by"])),
+            "A refresh reruns the recorded call, reading its source with the caller's rights; run it as the role "
+            "that owns the run, e.g. SET ROLE %s; SELECT * FROM sabre.sabre_refresh(%s); RESET ROLE; (its pg_cron "
+            "job then runs as that role too)." % (C.ident(run["run_by"]), plpy.quote_literal(rel["qname"])),
+            "the run's role: %s; the output's owner: %s" % (run["run_by"], role))
+    source = plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.has_any_column_privilege(c.oid, 'SELECT') AS readable FROM pg_catalog.pg_class c "
+        "WHERE c.oid OPERATOR(pg_catalog.=) $1", ["oid"]), [run["source_oid"]])
+    if not len(source):
+        raise E.undefined_table("the source %s of run %d no longer exists" % (run["source"], run["run_id"]),
+                                "Run sabre_anonymize on the new source instead of refreshing.")
+    if not source[0]["readable"]:
+        raise E.insufficient_privilege(
+            "role %s can no longer read the source %s of run %d" % (C.ident(run["run_by"]), run["source"],
+                                                                     run["run_id"]),
+            "Ask the source's owner for SELECT on it again, or drop the schedule (cron.unschedule).")
+    return run
 
 
 @E.entry_point
@@ -114,10 +146,16 @@ def refresh(plpy, output):
     if output is None:
         raise E.null_not_allowed("output must not be NULL", "Pass the output's qualified name.")
     run = recorded_run(plpy, output)
+    several = len(run["sensitive_attributes"] or ()) > 1
+    # a run of several SAs reruns the array form with every SA and its own t; the result row
+    # gives the first SA's max EMD, as sabre.runs.max_emd does
+    sensitive, t = ((run["sensitive_attributes"], run["t_values"]) if several else (run["sensitive"], run["t"]))
     rows = plpy.execute(plpy.prepare(
         "SELECT * FROM %s($1, NULL, $2, $3, $4, $5, $6, $7, $8::jsonb)" % C.catalog("sabre_anonymize_impl"),
-        ["oid", "text[]", "text", "float8", "int4", "text", "text", "text"]),
-        [run["source_oid"], run["quasi_identifiers"], run["sensitive"], run["t"], run["k"], run["method"],
+        ["oid", "text[]", "text[]" if several else "text", "float8[]" if several else "float8", "int4", "text",
+         "text", "text"]),
+        [run["source_oid"], run["quasi_identifiers"], sensitive, t, run["k"], run["method"],
          run["output_name"], run["options"]])
-    return [tuple(r[c] for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail",
-                                 "seconds")) for r in rows]
+    return [tuple((r[c][0] if several and c == "max_emd" else r[c])
+                  for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail", "seconds"))
+            for r in rows]

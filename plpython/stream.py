@@ -1,12 +1,17 @@
 """SABRE_W in the database (§5; docs/streams.md): a stream over an append-only table.
 
 The stream numbers the source's rows 1, 2, … in arrival order (ties broken by the key) and
-keeps that numbering in ``sabre.stream_rows`` (insert-only).  ``sabre.streams`` holds the
-parameters, the position and the state of the rows still inside windows: the rows published
-ahead of their window (``ahead``; every row before the next window is published, Theorem 6)
-and S_G (its rows, classes, EMDs and generating window).  An advance (:func:`advance`):
+keeps that numbering in ``<output>_rows`` (insert-only).  ``<output>_state`` (one row) holds the
+position and the state of the rows still inside windows: the rows published ahead of their
+window (``ahead``; every row before the next window is published, Theorem 6) and S_G (its rows,
+classes, EMDs and generating window); ``<output>_log`` logs the advances.  These three relations
+belong to the stream's owner and to nobody else (issue #25): no constraint, lock or probe of
+another role reaches them.  ``sabre.streams`` registers each stream (its definition and the
+OIDs of its relations; ``stream_id`` is the OID of ``<output>_state``).  An advance
+(:func:`advance`):
 
-1. takes the stream's advisory lock (concurrent advances of one stream serialize);
+1. locks the stream's state row (``SELECT ... FOR UPDATE``; concurrent advances of one stream
+   serialize, and only the owner can take that lock);
 2. numbers the rows that arrived since, in one set-based INSERT (:func:`number_rows`;
    **late-row rule**: every row not yet numbered whose arrival is at or after the arrival of
    the current window's first row joins the next step, in (arrival, key) order; an older one is
@@ -17,7 +22,7 @@ and S_G (its rows, classes, EMDs and generating window).  An advance (:func:`adv
    stages read, so its SA summary gives the window's own domain and normalization), runs
    :func:`sabre_pg.core.window.advance` (the three cases), and appends the published classes
    to ``<output>``, ``<output>_classes`` and ``<output>_keys`` with ``publish``'s builders;
-4. updates the state and logs the advance in ``sabre.stream_advances``.
+4. updates the state and logs the advance in ``<output>_log``.
 
 Everything happens in the caller's transaction: an error, a cancel or a crash leaves the state
 of the previous call.  Every function runs with ``search_path = pg_catalog, pg_temp``.
@@ -44,7 +49,18 @@ from . import common as C
 from . import errors as E
 from . import publish, request, scan
 
-LOCK_CLASS = 0x5AB2F                  # first key of a stream's advisory lock (stream_id the second)
+STATE_SUFFIXES = ("_state", "_rows", "_log")   # the state relations, beside the output
+OWN_ROLE = "(SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)"
+# <output>_state's one row: everything an advance changes (created with its defaults)
+STATE_COLUMNS = (
+    "advances int8 NOT NULL DEFAULT 0, numbered int8 NOT NULL DEFAULT 0, next_ec int8 NOT NULL DEFAULT 0, "
+    "sg_first int8, sg_last int8, sg_emds float8[] NOT NULL DEFAULT '{}', sg_rows int8[] NOT NULL DEFAULT '{}', "
+    "sg_classes int4[] NOT NULL DEFAULT '{}', ahead int8[] NOT NULL DEFAULT '{}', last_case int4, "
+    "last_advance_at timestamptz, cron_job int8")
+STATE_FIELDS = ("advances", "numbered", "next_ec", "sg_first", "sg_last", "sg_emds", "sg_rows", "sg_classes",
+                "ahead", "last_case", "last_advance_at", "cron_job")
+LOG_FIELDS = ("advance_no", "case_no", "d", "rows", "classes", "max_emd", "window_first", "window_last",
+              "seconds", "phases", "advanced_at")
 NOT_FOR_STREAMS = ("replace", "cascade", "lock_timeout", "refresh", "labels")
 ARRIVAL_TYPES = C.INTEGER_TYPES + ("numeric", "date", "timestamp", "timestamptz")
 EXTRA = (("advance_no", "int8"), ("window_first", "int8"), ("window_last", "int8"),
@@ -59,20 +75,47 @@ WINDOW_HINT = ("window_size (omega) and step (I) count rows; window_size must be
 
 # ---------------------------------------------------------------------------- the stream
 def load(plpy, name, lock=False) -> dict:
-    """The caller's stream ``name`` (its ``sabre.streams`` row); with ``lock``, after taking
-    its advisory lock, so the row read is the last committed advance's."""
+    """The caller's stream ``name``: its registry row (``sabre.streams``), the qualified names
+    of its state relations (``state``, ``rows``, ``log``) and its state row; with ``lock``, that
+    row locked (FOR UPDATE: concurrent advances serialize, the row read is the last committed
+    advance's).  Only relations the caller owns that carry the stream's identity count: rows
+    another role inserted, or a relation that took a state relation's name, are never read."""
     if name is None:
         raise E.null_not_allowed("name must not be NULL", "Pass the stream's name.")
-    query = "SELECT s.*, s.xmin::pg_catalog.text AS state_xmin FROM %s AS s WHERE s.name OPERATOR(pg_catalog.=) $1 " \
-        "AND s.owner OPERATOR(pg_catalog.=) CURRENT_USER" % C.catalog("streams")
-    rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
+    rows = plpy.execute(C.prepared(plpy, registered_sql("s.name OPERATOR(pg_catalog.=) $1"), ["text"]), [name])
     if not len(rows):
         raise E.SabreError(E.UNDEFINED_OBJECT, 'stream "%s" does not exist' % name,
                            "Create it with sabre_stream_create; SELECT name FROM sabre.streams lists yours.")
-    if lock:
-        plpy.execute("SELECT pg_catalog.pg_advisory_xact_lock(%d, %d)" % (LOCK_CLASS, rows[0]["stream_id"]))
-        rows = plpy.execute(C.prepared(plpy, query, ["text"]), [name])
-    return dict(rows[0])
+    s = dict(rows[0])
+    found = plpy.execute(C.prepared(
+        plpy, "SELECT o.n, pg_catalog.format('%I.%I', n.nspname, c.relname) AS qname FROM pg_catalog.unnest($1::pg_catalog.oid[]) "
+        "WITH ORDINALITY AS o(oid, n) JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) o.oid "
+        "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+        "WHERE c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relowner OPERATOR(pg_catalog.=) $2 "
+        "AND pg_catalog.strpos(COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), ''), $3) OPERATOR(pg_catalog.>) 0",
+        ["oid[]", "oid", "text"]), [s["state_oids"], s["owner"], s["identity"]])
+    tables = {r["n"]: r["qname"] for r in found}
+    if sorted(tables) != [1, 2, 3]:
+        raise E.not_in_prerequisite_state(
+            'the state relations of stream "%s" are missing or no longer carry its identity' % name,
+            "Drop the stream (sabre_stream_drop) and create it again.")
+    s["state"], s["rows"], s["log"] = tables[1], tables[2], tables[3]
+    state = plpy.execute("SELECT st.*, st.xmin::pg_catalog.text AS state_xmin FROM %s AS st%s" % (
+        s["state"], " FOR UPDATE" if lock else ""))
+    if len(state) != 1:
+        raise E.not_in_prerequisite_state('the state of stream "%s" is inconsistent' % name,
+                                          "Drop the stream (sabre_stream_drop) and create it again.")
+    s.update(state[0])
+    return s
+
+
+def registered_sql(where) -> str:
+    """The caller's registered streams matching ``where`` (on ``s``, the registry) whose state
+    relation exists and is theirs, newest first."""
+    return ("SELECT s.* FROM %s AS s WHERE %s AND s.owner OPERATOR(pg_catalog.=) %s AND EXISTS (SELECT FROM "
+            "pg_catalog.pg_class c WHERE c.oid::pg_catalog.int8 OPERATOR(pg_catalog.=) s.stream_id "
+            "AND c.relowner OPERATOR(pg_catalog.=) s.owner) ORDER BY s.created_at DESC LIMIT 1" % (
+                C.catalog("streams"), where, OWN_ROLE))
 
 
 def stream_request(plpy, s) -> request.Request:
@@ -83,12 +126,13 @@ def stream_request(plpy, s) -> request.Request:
 
 
 def output_relations(plpy, s) -> list:
-    """The stream's output relations by their recorded OIDs, each still carrying its identity."""
+    """The stream's output relations by their recorded OIDs, each still carrying its identity:
+    the marker ends its COMMENT (names come before it, so none can supply it)."""
     found = plpy.execute(C.prepared(
         plpy, "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
-        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE pg_catalog.strpos(COALESCE(pg_catalog.obj_description("
-        "c.oid, 'pg_class'), ''), $2) OPERATOR(pg_catalog.>) 0", ["oid[]", "text"]),
-        [s["relation_oids"], s["identity"]])
+        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE COALESCE(pg_catalog.right(pg_catalog.obj_description("
+        "c.oid, 'pg_class'), pg_catalog.length($2)) OPERATOR(pg_catalog.=) $2, false)", ["oid[]", "text"]),
+        [s["relation_oids"], identity_marker(s["identity"])])
     return [r["oid"] for r in found]
 
 
@@ -112,30 +156,75 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
     except ValueError as e:
         raise E.invalid_parameter(str(e), WINDOW_HINT)
     check_arrival(req, arrival)
-    if len(plpy.execute(plpy.prepare(
-            "SELECT 1 FROM %s WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) CURRENT_USER"
-            % C.catalog("streams"), ["text"]), [name])):
+    if len(plpy.execute(C.prepared(plpy, registered_sql("s.name OPERATOR(pg_catalog.=) $1"), ["text"]), [name])):
         raise E.SabreError("42710", 'stream "%s" already exists' % name,
                            "Choose another name, or drop it first with sabre_stream_drop.")
-    for suffix in ("", "_classes", "_keys"):
+    for suffix in ("", "_classes", "_keys") + STATE_SUFFIXES:
         if plpy.execute(plpy.prepare("SELECT pg_catalog.to_regclass($1) AS r", ["text"]),
                         [req.output.qualified(suffix)])[0]["r"] is not None:
             raise E.duplicate_table("relation %s already exists" % req.output.qualified(suffix),
                                     "A stream creates its output: choose another output name.")
     identity = secrets.token_hex(16)
     oids = create_outputs(plpy, req, name, identity)
-    plpy.execute(plpy.prepare(
-        "INSERT INTO %s (name, source, source_oid, arrival, key, quasi_identifiers, sensitive, t, k, window_size, "
-        "step, method, options, output_schema, output_name, relation_oids, identity) VALUES ($1, $2, $3, $4, $5, "
-        "$6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $17)" % C.catalog("streams"),
-        ["text", "text", "oid", "text", "text", "text[]", "text", "float8", "int4", "int4", "int4", "text", "text",
-         "name", "name", "oid[]", "text"]),
-        [name, req.source["qname"], req.source["oid"], arrival, req.key.name, [a.name for a in req.qis],
-         req.sa.name, req.t, req.k, omega, step, req.method, json.dumps(req.options.given), req.output.schema,
-         req.output.name, oids, identity])
-    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
+    state_oids = create_state(plpy, req.output, name, identity)
+    register(plpy, OWN_ROLE, dict(
+        name=name, source=req.source["qname"], source_oid=req.source["oid"], arrival=arrival, key=req.key.name,
+        quasi_identifiers=[a.name for a in req.qis], sensitive=req.sa.name, t=req.t, k=req.k, window_size=omega,
+        step=step, method=req.method, options=json.dumps(req.options.given), output_schema=req.output.schema,
+        output_name=req.output.name, relation_oids=oids, identity=identity), state_oids)
+    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["read"],
                                                                                req.row_filter()))[0]["n"]
     return [(name, req.output.qualified(), omega, step, arrived, W.advances_ready(arrived, 0, omega, step))]
+
+
+REGISTRY = (("name", "text"), ("source", "text"), ("source_oid", "oid"), ("arrival", "text"), ("key", "text"),
+            ("quasi_identifiers", "text[]"), ("sensitive", "text"), ("t", "float8"), ("k", "int4"),
+            ("window_size", "int4"), ("step", "int4"), ("method", "text"), ("options", "jsonb"),
+            ("output_schema", "name"), ("output_name", "name"), ("relation_oids", "oid[]"), ("identity", "text"))
+
+
+def register(plpy, owner_sql, s, state_oids, created_at=None):
+    """The stream's row in ``sabre.streams`` (``s``: its definition, REGISTRY), owned by the
+    role ``owner_sql`` (the caller's, which row-level security checks), stream_id the OID of its
+    ``<output>_state``."""
+    n = len(REGISTRY)
+    plpy.execute(plpy.prepare(
+        "INSERT INTO %s (stream_id, owner, state_oids, created_at, %s) VALUES ($%d::pg_catalog.int8, %s, $%d, "
+        "COALESCE($%d, pg_catalog.now()), %s)" % (
+            C.catalog("streams"), ", ".join(c for c, _ in REGISTRY), n + 1, owner_sql, n + 2, n + 3,
+            ", ".join("$%d::%s" % (i + 1, t) for i, (_, t) in enumerate(REGISTRY))),
+        ["text" if t == "jsonb" else t for _, t in REGISTRY] + ["oid", "oid[]", "timestamptz"]),
+        [s[c] for c, _ in REGISTRY] + [state_oids[0], state_oids, created_at])
+
+
+def create_state(plpy, output, name, identity, suffix="") -> list:
+    """<output>_state (its one row), <output>_rows and <output>_log, owner-only, each with the
+    stream's identity in its COMMENT; returns their OIDs.  ``suffix`` follows the usual names
+    (an upgrade's choice when they are taken)."""
+    columns = {
+        "_state": STATE_COLUMNS,
+        "_rows": "row_no int8 PRIMARY KEY, key text NOT NULL UNIQUE",
+        "_log": "advance_no int8 PRIMARY KEY, case_no int4 NOT NULL CHECK (case_no OPERATOR(pg_catalog.>=) 1 AND "
+                "case_no OPERATOR(pg_catalog.<=) 3), d float8, rows int8 NOT NULL, classes int8 NOT NULL, "
+                "max_emd float8, window_first int8 NOT NULL, window_last int8 NOT NULL, seconds float8 NOT NULL, "
+                "phases jsonb, advanced_at timestamptz NOT NULL DEFAULT pg_catalog.now()"}
+    texts = {"_state": "position and S_G", "_rows": "row numbering", "_log": "log of advances"}
+    oids = []
+    for part in STATE_SUFFIXES:
+        table = output.qualified(part + suffix)
+        plpy.execute("CREATE TABLE %s (%s)" % (table, columns[part]))
+        plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(
+            "sabre-pg stream %s: %s (sabre-pg stream identity %s)" % (name, texts[part], identity))))
+        publish.owner_only(plpy, table)
+        oids.append(plpy.execute(plpy.prepare("SELECT $1::pg_catalog.regclass::pg_catalog.oid AS o", ["text"]),
+                                 [table])[0]["o"])
+    state = output.qualified("_state" + suffix)
+    # the arrays are rewritten by every advance: stored uncompressed (compressing some 100 kB of
+    # row numbers cost more than the rest of the state's update)
+    plpy.execute("ALTER TABLE %s %s" % (state, ", ".join(
+        "ALTER COLUMN %s SET STORAGE EXTERNAL" % c for c in ("ahead", "sg_rows", "sg_classes", "sg_emds"))))
+    plpy.execute("INSERT INTO %s DEFAULT VALUES" % state)
+    return oids
 
 
 def check_arrival(req, arrival):
@@ -164,6 +253,11 @@ def output_columns(req) -> tuple[list, list]:
     return out, classes
 
 
+def identity_marker(identity: str) -> str:
+    """The suffix of the COMMENT of a stream's relations that carries its identity."""
+    return " (sabre-pg stream identity %s)" % identity
+
+
 def create_outputs(plpy, req, name, identity) -> list:
     """<output>, <output>_classes (PRIMARY KEY ec_id) and the owner-only <output>_keys, empty,
     each with the stream's identity in its COMMENT; returns their OIDs."""
@@ -177,8 +271,7 @@ def create_outputs(plpy, req, name, identity) -> list:
     for suffix, columns in (("", out), ("_classes", classes), ("_keys", keys)):
         table = req.output.qualified(suffix)
         plpy.execute("CREATE TABLE %s (%s)" % (table, ", ".join("%s %s" % (C.ident(c), t) for c, t in columns)))
-        plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(
-            "%s (sabre-pg stream identity %s)" % (texts[suffix], identity))))
+        plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(texts[suffix] + identity_marker(identity))))
         oids.append(plpy.execute(plpy.prepare("SELECT $1::pg_catalog.regclass::pg_catalog.oid AS o", ["text"]),
                                  [table])[0]["o"])
     plpy.execute("ALTER TABLE %s ADD PRIMARY KEY (ec_id)" % req.output.qualified("_classes"))
@@ -211,8 +304,7 @@ def advance(plpy, name, max_advances=None):
         if max_advances is not None:
             ready = min(ready, max_advances)
         if not ready:                    # else the advance's state update records it
-            plpy.execute("UPDATE %s SET numbered = %d WHERE stream_id = %d" % (
-                C.catalog("streams"), s["numbered"], s["stream_id"]))
+            plpy.execute("UPDATE %s SET numbered = %d" % (s["state"], s["numbered"]))
         for _ in range(ready):
             out.append(one_advance(plpy, s, req, phases))
             phases = {}
@@ -228,9 +320,8 @@ def horizon(plpy, s, req):
     first = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first
     r = plpy.execute(
         "SELECT (s.%s)::pg_catalog.text AS a FROM %s AS s JOIN %s AS r "
-        "ON s.%s OPERATOR(pg_catalog.=) r.key::%s WHERE r.stream_id = %d AND r.row_no = %d" % (
-            C.ident(s["arrival"]), req.source["qname"], C.catalog("stream_rows"),
-            C.ident(req.key.name), req.key.col["type"], s["stream_id"], first))
+        "ON s.%s OPERATOR(pg_catalog.=) r.key::%s WHERE r.row_no OPERATOR(pg_catalog.=) %d" % (
+            C.ident(s["arrival"]), req.source["read"], s["rows"], C.ident(req.key.name), req.key.col["type"], first))
     return (r[0]["a"] if len(r) else None), first
 
 
@@ -277,13 +368,13 @@ def arrival_range(plpy, s, req) -> dict:
 
 def numbering_sql(s, req, where, matched) -> str:
     """INSERT of the candidates ``where`` not numbered (among the numbered rows ``matched``)
-    into ``stream_rows``, numbered on from ``s["numbered"]`` in (arrival, key) order."""
+    into ``<output>_rows``, numbered on from ``s["numbered"]`` in (arrival, key) order."""
     key = C.ident(req.key.name)
-    return ("INSERT INTO %s (stream_id, row_no, key) SELECT %d, %d + pg_catalog.row_number() OVER "
+    return ("INSERT INTO %s (row_no, key) SELECT %d OPERATOR(pg_catalog.+) pg_catalog.row_number() OVER "
             "(ORDER BY s.%s, s.%s), (s.%s)::pg_catalog.text FROM %s AS s%s AND NOT EXISTS (SELECT FROM %s AS r "
-            "WHERE r.stream_id = %d%s AND r.key OPERATOR(pg_catalog.=) (s.%s)::pg_catalog.text)" % (
-                C.catalog("stream_rows"), s["stream_id"], s["numbered"], C.ident(s["arrival"]), key, key,
-                req.source["qname"], where, C.catalog("stream_rows"), s["stream_id"], matched, key))
+            "WHERE true%s AND r.key OPERATOR(pg_catalog.=) (s.%s)::pg_catalog.text)" % (
+                s["rows"], s["numbered"], C.ident(s["arrival"]), key, key,
+                req.source["read"], where, s["rows"], matched, key))
 
 
 def window_state(s, window):
@@ -333,15 +424,15 @@ def slide_window(plpy, s, req, window) -> str:
             first, oid = window.first, table_oid(plpy, table)
     else:
         rebuild_window(plpy, table, "SELECT s.*, NULL::pg_catalog.int8 AS %s FROM %s AS s WITH NO DATA" % (
-            row_no, req.source["qname"]))
+            row_no, req.source["read"]))
         first, oid = start, table_oid(plpy, table)
     # the entering rows' keys joined with the source: an index probe per key when it is indexed
     with C.settings(plpy, **key_probe(req, join=True)):
         got = plpy.execute(
             "INSERT INTO %s SELECT s.*, r.row_no FROM %s AS r JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
-            "WHERE r.stream_id = %d AND r.row_no BETWEEN %d AND %d" % (
-                table, C.catalog("stream_rows"), req.source["qname"], C.ident(req.key.name), req.key.col["type"],
-                s["stream_id"], start, window.last))
+            "WHERE r.row_no BETWEEN %d AND %d" % (
+                table, s["rows"], req.source["read"], C.ident(req.key.name), req.key.col["type"],
+                start, window.last))
     if got.nrows() != window.last - start + 1:
         raise deleted(window.last - start + 1 - got.nrows(), window)
     s["window_held"] = (oid, first, window.last)
@@ -384,7 +475,7 @@ def read_window(plpy, s, req, window):
     (:func:`slide_window`), which takes the source's place in the request, its row numbers
     the key's: the stages read it as the relation, and join it by row number."""
     rows = slide_window(plpy, s, req, window)
-    wreq = dataclasses.replace(req, source=dict(req.source, qname=rows), key=request.Key(
+    wreq = dataclasses.replace(req, source=dict(req.source, qname=rows, read=rows), key=request.Key(
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
     encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
@@ -444,10 +535,10 @@ def one_advance(plpy, s, req, phases):
     row = (a, result.case, None if result.d is None else float(result.d), result.rows, result.classes,
            None if p is None else p.max_emd, seconds)
     plpy.execute(plpy.prepare(
-        "INSERT INTO %s (stream_id, advance_no, case_no, d, rows, classes, max_emd, window_first, window_last, "
-        "seconds, phases) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)" % C.catalog("stream_advances"),
-        ["int8", "int8", "int4", "float8", "int8", "int8", "float8", "int8", "int8", "float8", "text"]),
-        [s["stream_id"]] + list(row[:6]) + [window.first, window.last, seconds, json.dumps({k: round(v, 6) for k, v in phases.items()})])
+        "INSERT INTO %s (advance_no, case_no, d, rows, classes, max_emd, window_first, window_last, "
+        "seconds, phases) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)" % s["log"],
+        ["int8", "int4", "float8", "int8", "int8", "float8", "int8", "int8", "float8", "text"]),
+        list(row[:6]) + [window.first, window.last, seconds, json.dumps({k: round(v, 6) for k, v in phases.items()})])
     return row
 
 
@@ -484,12 +575,12 @@ def save(plpy, s, window, published, result):
         s["sg_emds"] = result.sg.emds.tolist()
     s["state_xmin"] = plpy.execute(plpy.prepare(
         "UPDATE %s SET advances = $1, next_ec = $2, sg_first = $3, sg_last = $4, sg_emds = $5, "
-        "sg_rows = $6::pg_catalog.int8[], sg_classes = $7::pg_catalog.int4[], ahead = $8::pg_catalog.int8[], last_case = $9, last_advance_at = pg_catalog.now(), numbered = $11 "
-        "WHERE stream_id = $10 RETURNING xmin::pg_catalog.text AS x" % C.catalog("streams"),
-        ["int8", "int8", "int8", "int8", "float8[]", "text", "text", "text", "int4", "int8", "int8"]),
+        "sg_rows = $6::pg_catalog.int8[], sg_classes = $7::pg_catalog.int4[], ahead = $8::pg_catalog.int8[], last_case = $9, last_advance_at = pg_catalog.now(), numbered = $10 "
+        "RETURNING xmin::pg_catalog.text AS x" % s["state"],
+        ["int8", "int8", "int8", "int8", "float8[]", "text", "text", "text", "int4", "int8"]),
         [s["advances"], s["next_ec"], s["sg_first"], s["sg_last"], list(s["sg_emds"] or []),
          array_literal(s["sg_rows"]), array_literal(s["sg_classes"]), array_literal(s["ahead"]), result.case,
-         s["stream_id"], s["numbered"]])[0]["x"]
+         s["numbered"]])[0]["x"]
     held = s.pop("window_held", None)          # what the window table holds, with this state
     if held is None:
         _HELD.pop(s["stream_id"], None)
@@ -565,7 +656,7 @@ def append_keys(plpy, s, req, window, a, row_nos, ecs):
             "SELECT (SELECT pg_catalog.count(*) FROM ins) AS n, (SELECT pg_catalog.count(*) FROM %s AS s WHERE "
             "s.%s OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.key FROM ins AS i))) AS present" % (
                 req.output.qualified("_keys"), key, s["next_ec"], a, row_hash_sql(req, "w"), window_table(s),
-                C.ident(ROW_NO), req.source["qname"], key), ["text", "text"]),
+                C.ident(ROW_NO), req.source["read"], key), ["text", "text"]),
         [array_literal(row_nos), array_literal(ecs)])[0]
     if got["n"] != len(row_nos):
         raise E.SabreError(E.INTERNAL, "advance %d: %d published rows are not in the window table" % (
@@ -590,7 +681,7 @@ def key_probe(req, join=False) -> dict:
 def status(plpy, name):
     s = load(plpy, name)
     req = stream_request(plpy, s)
-    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["qname"],
+    arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["read"],
                                                                                req.row_filter()))[0]["n"]
     window = W.window_of(s["advances"] + 1, s["window_size"], s["step"])
     published = window.first - 1 + len(s["ahead"] or [])
@@ -622,8 +713,8 @@ def drop(plpy, name, purge):
                     % (name, ", ".join(r["what"] for r in found)), "Drop them first, or drop without purge.")
             plpy.execute("DROP TABLE %s" % ", ".join(C.relation_info(plpy, o)["qname"] for o in oids))
     plpy.execute("DROP TABLE IF EXISTS %s" % window_table(s))    # this session's copy of its window
-    for table in ("stream_rows", "streams"):      # stream_advances go with streams (ON DELETE CASCADE)
-        plpy.execute("DELETE FROM %s WHERE stream_id = %d" % (C.catalog(table), s["stream_id"]))
+    plpy.execute("DROP TABLE %s, %s, %s" % (s["state"], s["rows"], s["log"]))
+    plpy.execute("SELECT %s(%d)" % (C.catalog("stream_forget"), s["stream_id"]))
     return True
 
 
@@ -641,23 +732,31 @@ def verify(plpy, name):
         "SELECT (SELECT pg_catalog.count(*) FROM %s) AS out_rows, "
         "(SELECT pg_catalog.count(*) FROM (SELECT k.key FROM %s AS k GROUP BY k.key "
         "HAVING pg_catalog.count(*) > 1) AS d) AS twice" % (req.output.qualified(), req.output.qualified("_keys")))[0]
-    expired = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first - 1
-    lost = plpy.execute(
-        "SELECT pg_catalog.count(*) AS n FROM %s AS r WHERE r.stream_id = %d AND r.row_no <= %d AND NOT EXISTS "
-        "(SELECT FROM %s AS k WHERE k.row_no = r.row_no)" % (C.catalog("stream_rows"), s["stream_id"], expired,
-                                                            req.output.qualified("_keys")))[0]["n"]
+    lost = unpublished(plpy, s, req)
     changed = plpy.execute(
         "SELECT pg_catalog.count(*) FILTER (WHERE s.%s IS NULL) AS deleted, "
         "pg_catalog.count(*) FILTER (WHERE s.%s IS NOT NULL AND %s IS DISTINCT FROM k.row_hash) AS updated "
         "FROM %s AS k LEFT JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) k.key" % (
             C.ident(req.key.name), C.ident(req.key.name), row_hash_sql(req, "s", "k.row_hash"), req.output.qualified("_keys"),
-            req.source["qname"], C.ident(req.key.name)))[0]
+            req.source["read"], C.ident(req.key.name)))[0]
     late = late_rows(plpy, s, req)
     # a class whose rows in <output> or <output>_keys are not its recorded size violates too
     violations = mismatched + (int(np.count_nonzero(emds.violating(req.t, req.k))) if emds is not None else 0)
     return [(s["advances"], emds.classes if emds is not None else 0, ours["out_rows"], violations,
              emds.max_emd if emds is not None else 0.0, emds.min_class_size if emds is not None else 0,
              ours["twice"], lost, changed["updated"], changed["deleted"], late)]
+
+
+def unpublished(plpy, s, req) -> int:
+    """Rows numbered but never published: expired row numbers (up to the current window's
+    start) that ``<output>_keys`` does not hold with the same key, and rows numbered past the
+    stream's count (which no window will ever reach in order)."""
+    expired = W.window_of(s["advances"] + 1, s["window_size"], s["step"]).first - 1
+    return plpy.execute(
+        "SELECT pg_catalog.count(*) AS n FROM %s AS r WHERE r.row_no OPERATOR(pg_catalog.>) %d OR "
+        "(r.row_no OPERATOR(pg_catalog.<=) %d AND NOT EXISTS (SELECT FROM %s AS k WHERE k.row_no "
+        "OPERATOR(pg_catalog.=) r.row_no AND (k.key)::pg_catalog.text OPERATOR(pg_catalog.=) r.key))" % (
+            s["rows"], s["numbered"], expired, req.output.qualified("_keys")))[0]["n"]
 
 
 def window_emds(plpy, s, req):
@@ -669,12 +768,12 @@ def window_emds(plpy, s, req):
         "SELECT g.wf, pg_catalog.array_agg(%s ORDER BY r.row_no) AS sa, "
         "pg_catalog.array_agg(CASE WHEN c.window_first = g.wf THEN c.ec_id ELSE -1 END ORDER BY r.row_no) AS ec "
         "FROM (SELECT DISTINCT x.window_first AS wf, x.window_last AS wl FROM %s AS x) AS g "
-        "JOIN %s AS r ON r.stream_id = %d AND r.row_no BETWEEN g.wf AND g.wl "
+        "JOIN %s AS r ON r.row_no BETWEEN g.wf AND g.wl "
         "JOIN %s AS s ON s.%s OPERATOR(pg_catalog.=) r.key::%s "
         "LEFT JOIN %s AS k ON k.row_no = r.row_no LEFT JOIN %s AS c ON c.ec_id = k.ec_id GROUP BY g.wf" % (
             "(%s)::pg_catalog.text" % sa if not req.sa.numerical else sa if req.sa.typname == "numeric"
             else C.numeric_expr(None, req.sa.name, req.sa.col, "s."),
-            req.output.qualified("_classes"), C.catalog("stream_rows"), s["stream_id"], req.source["qname"],
+            req.output.qualified("_classes"), s["rows"], req.source["read"],
             C.ident(req.key.name), req.key.col["type"], req.output.qualified("_keys"),
             req.output.qualified("_classes")))
     hierarchy = None
@@ -727,8 +826,52 @@ def late_rows(plpy, s, req) -> int:
     where = req.row_filter() or " WHERE true"
     return plpy.execute(
         "SELECT pg_catalog.count(*) AS n FROM %s AS s%s AND %s OPERATOR(pg_catalog.<) (SELECT %s FROM %s AS s "
-        "JOIN %s AS r ON %s = r.key::%s WHERE r.stream_id = %d AND r.row_no = %d) AND NOT EXISTS (SELECT FROM %s "
-        "AS r WHERE r.stream_id = %d AND r.key = (%s)::pg_catalog.text)" % (
-            req.source["qname"], where, arrival, arrival, req.source["qname"], C.catalog("stream_rows"), key,
-            req.key.col["type"], s["stream_id"], min(first, s["numbered"]), C.catalog("stream_rows"),
-            s["stream_id"], key))[0]["n"]
+        "JOIN %s AS r ON %s = r.key::%s WHERE r.row_no = %d) AND NOT EXISTS (SELECT FROM %s "
+        "AS r WHERE r.key = (%s)::pg_catalog.text)" % (
+            req.source["read"], where, arrival, arrival, req.source["read"], s["rows"], key,
+            req.key.col["type"], min(first, s["numbered"]), s["rows"], key))[0]["n"]
+
+
+# ---------------------------------------------------------------------------- upgrade
+def migrate(plpy) -> int:
+    """``sabre-pg upgrade`` from the 0.2 layout (``sabre.streams_0_2``, ``sabre.stream_rows``,
+    ``sabre.stream_advances``, shared by every role): each stream's state moves into relations
+    its owner owns (:func:`create_state`, created by the installing superuser, then given to the
+    owner), with only the rows that owner wrote -- rows another role planted under its stream id
+    are left behind.  A stream whose owner or output schema is gone is skipped with a WARNING.
+    Returns the number of streams moved."""
+    moved = 0
+    old = plpy.execute(
+        "SELECT s.*, s.options::pg_catalog.text AS options, r.oid AS role_oid FROM %s AS s "
+        "LEFT JOIN pg_catalog.pg_roles AS r ON r.rolname OPERATOR(pg_catalog.=) s.owner "
+        "ORDER BY s.stream_id" % C.catalog("streams_0_2"))
+    for s in old:
+        schema = plpy.execute(plpy.prepare("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname "
+                                           "OPERATOR(pg_catalog.=) $1", ["name"]), [s["output_schema"]])
+        if s["role_oid"] is None or not len(schema):
+            plpy.warning('stream "%s" of %s not migrated: its role or its output schema no longer exists'
+                         % (s["name"], s["owner"]))
+            continue
+        output = request.Output(s["output_schema"], s["output_name"])
+        suffix, n = "", 0
+        while any(plpy.execute(plpy.prepare("SELECT pg_catalog.to_regclass($1) AS r", ["text"]),
+                               [output.qualified(part + suffix)])[0]["r"] is not None for part in STATE_SUFFIXES):
+            n += 1
+            suffix = "_%d" % n
+        oids = create_state(plpy, output, s["name"], s["identity"], suffix)
+        state, rows, log = (C.relation_info(plpy, o)["qname"] for o in oids)
+        plpy.execute("UPDATE %s AS st SET (%s) = (SELECT %s FROM %s AS o WHERE o.stream_id OPERATOR(pg_catalog.=) %d)"
+                     % (state, ", ".join(STATE_FIELDS), ", ".join("o.%s" % f for f in STATE_FIELDS),
+                        C.catalog("streams_0_2"), s["stream_id"]))
+        mine = "o.stream_id OPERATOR(pg_catalog.=) %d AND o.owner OPERATOR(pg_catalog.=) %s" % (
+            s["stream_id"], plpy.quote_literal(s["owner"]))
+        plpy.execute("INSERT INTO %s (row_no, key) SELECT o.row_no, o.key FROM %s AS o WHERE %s" % (
+            rows, C.catalog("stream_rows"), mine))
+        plpy.execute("INSERT INTO %s (%s) SELECT %s FROM %s AS o WHERE %s" % (
+            log, ", ".join(LOG_FIELDS), ", ".join("o.%s" % f for f in LOG_FIELDS), C.catalog("stream_advances"), mine))
+        for table in (state, rows, log):
+            plpy.execute("ALTER TABLE %s OWNER TO %s" % (table, C.ident(s["owner"])))
+            publish.owner_only(plpy, table)
+        register(plpy, "%d::pg_catalog.oid" % s["role_oid"], s, oids, s["created_at"])
+        moved += 1
+    return moved

@@ -12,11 +12,12 @@ All columns are read with one aggregate scan per relation; the arithmetic is
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from sabre_pg.core import metrics
+from sabre_pg.core import limits, metrics
 from sabre_pg.core import workload as W
 from sabre_pg.core.generalize import CategoricalNode, NumericalRange
 from sabre_pg.core.hierarchy import Hierarchy
@@ -35,6 +36,10 @@ def _options(plpy, options) -> dict:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             C.fail(plpy, C.INVALID_PARAMETER, "options.%s must be a positive integer" % key,
                    "For example options => '{\"%s\": 6}'." % key)
+    for key, cap in (("max_cells", limits.WORKLOAD_MAX_CELLS), ("max_bins", limits.WORKLOAD_MAX_BINS)):
+        if opts.get(key) is not None:
+            E.cap("options.%s" % key, opts[key], cap, "Leave it out for the default (%d)." % (
+                W.DEFAULT_MAX_CELLS if key == "max_cells" else W.DEFAULT_MAX_BINS))
     h = opts.get("hierarchies")
     if h is not None and (not isinstance(h, dict) or not all(isinstance(v, str) for v in h.values())):
         C.fail(plpy, C.INVALID_PARAMETER, "options.hierarchies must map column names to hierarchy names",
@@ -95,7 +100,7 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
                    "Available columns: %s." % ", ".join(list(scols)[:30]))
         kind = "categorical" if name in hier else C.kind_of(scols[name])
         if kind is None:
-            C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s' % (name, scols[name]["type"]),
+            C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s' % (name, scols[name]["declared"]),
                    "Numeric and date/time types are numerical; text, varchar, bool and enum are categorical.")
         a = Attr(name, scols[name], kind)
         need = [name] if (not a.numerical or name == sensitive) else [name + "_lo", name + "_hi"]
@@ -105,7 +110,7 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
                        "A numerical quasi-identifier is published as <qi>_lo and <qi>_hi, a categorical "
                        "one as <qi> (a hierarchy node), the sensitive attribute unchanged.")
         attrs.append(a)
-    source_q, output_q = src["qname"], out["qname"]
+    source_q, output_q = C.read_sql(src, scols, [a.name for a in attrs]), C.read_sql(out, ocols)
     for i, a in enumerate(attrs):
         if a.numerical:
             continue
@@ -113,9 +118,9 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
             attrs[i] = replace(a, hierarchy=C.load_hierarchy(plpy, hier[a.name], 'for column "%s"' % a.name))
         else:
             vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
-                                "FROM %s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), source_q, C.qi(plpy, a.name)))[0]["vs"]
+                                "FROM %s AS s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), source_q, C.qi(plpy, a.name)))[0]["vs"]
             if not vals:
-                C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, source_q),
+                C.fail(plpy, C.INVALID_PARAMETER, 'column "%s" of %s has no values' % (a.name, src["qname"]),
                        "The column has only NULLs; choose another quasi-identifier.")
             attrs[i] = replace(a, hierarchy=Hierarchy.flat(vals, name=a.name))
 
@@ -123,9 +128,9 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
     data.attrs, data.qis, data.sa, data.opts, data.run = attrs, attrs[:-1], attrs[-1], opts, run
     data.k = opts.get("k") or (run or {}).get("k")
     data.src_vals = _read_columns(plpy, source_q, attrs, "source", leaves=True)
-    data.out_ec, data.out_vals = _read_output(plpy, output_q, attrs)
+    data.out_ec, data.out_vals = _read_output(plpy, output_q, attrs, out["qname"])
     if len(data.src_vals[-1]) == 0:
-        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows" % source_q,
+        C.fail(plpy, C.INVALID_PARAMETER, "the source %s has no rows" % src["qname"],
                "Evaluate against the non-empty source the output was made from.")
     return data
 
@@ -163,7 +168,7 @@ def _read_columns(plpy, source_q, attrs, what, leaves):
     return out
 
 
-def _read_output(plpy, output_q, attrs):
+def _read_output(plpy, output_q, attrs, out_name):
     """ec_id; per QI (lo, hi) floats or node ids; the SA as float8 or leaf positions."""
     sel, joins, params, types = ["array_agg(o.ec_id) AS ec"], [], [], []
     qis, sa = attrs[:-1], attrs[-1]
@@ -188,7 +193,7 @@ def _read_output(plpy, output_q, attrs):
         sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (j, j, j, j))
     row = _exec(plpy, "SELECT %s FROM %s AS o %s" % (", ".join(sel), output_q, " ".join(joins)), types, params)
     if row["ec"] is None:
-        C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % output_q,
+        C.fail(plpy, C.INVALID_PARAMETER, "the output %s has no rows" % out_name,
                "Evaluate a sabre output (one row per source row) that is not empty.")
     vals = []
     for i, a in enumerate(attrs):
@@ -276,6 +281,7 @@ def query_error(plpy, output, source, quasi_identifiers, sensitive, queries, dim
     if queries is None or queries < 1:
         C.fail(plpy, C.INVALID_PARAMETER, "queries must be at least 1, got %s" % queries,
                "The paper's workload uses 10,000 queries.")
+    E.cap("queries", queries, limits.WORKLOAD_QUERIES, "The paper's workload uses 10,000 queries.")
     if selectivity is None or selectivity != selectivity or not (0 < selectivity <= 1):
         C.fail(plpy, C.INVALID_PARAMETER, "selectivity (theta) must satisfy 0 < theta <= 1, got %s" % selectivity,
                "theta is the expected fraction of rows a query selects; the paper uses 0.1.")
@@ -297,6 +303,8 @@ def kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, opt
     if level is None or not (1 <= level <= d):
         C.fail(plpy, C.INVALID_PARAMETER, "level (mu) must be between 1 and %d, got %s" % (d, level),
                "The datacube of level mu groups by every combination of mu quasi-identifiers.")
+    E.cap("cuboids (combinations of %d of %d quasi-identifiers)" % (level, d), math.comb(d, level), limits.KL_CUBOIDS,
+          "Lower the level or name fewer quasi-identifiers.")
     g = grid(plpy, data)
     try:
         r = W.kl_divergence(g, level, data.opts.get("max_cells", W.DEFAULT_MAX_CELLS))

@@ -16,6 +16,7 @@ from . import closeness
 from . import common as C
 from . import errors as E
 from . import request
+from . import safe_types
 
 EC_ID_TYPES = ("int2", "int4", "int8")
 
@@ -69,6 +70,7 @@ def _relation(plpy, output):
     """The output relation and its columns, with an integer ``ec_id``."""
     rel = C.resolve_relation(plpy, output)
     cols = C.columns(plpy, rel["oid"])
+    rel["read"] = C.read_sql(rel, cols, [closeness.EC])
     if closeness.EC not in cols:
         C.fail(plpy, C.UNDEFINED_COLUMN, '%s has no column "ec_id"' % rel["qname"],
                "sabre_verify checks relations with one row per record and its class in ec_id.")
@@ -83,6 +85,8 @@ def _column(plpy, rel, cols, name):
     if name not in cols:
         C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in %s' % (name, rel["qname"]),
                "Available columns: %s." % ", ".join(cols))
+    if cols[name]["unsafe"]:
+        raise safe_types.refuse(name, cols[name])
 
 
 def _measure(plpy, rel, cols, sensitive, hierarchy):
@@ -91,12 +95,12 @@ def _measure(plpy, rel, cols, sensitive, hierarchy):
     h = None
     if hierarchy is not None:
         h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
-    return closeness.measure(plpy, rel["qname"], sensitive, cols[sensitive], h)
+    return closeness.measure(plpy, rel["read"], sensitive, cols[sensitive], h, rel["qname"])
 
 
 def _diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy):
     """k, distinct l-diversity and (when t is given) t-closeness, class by class."""
-    ids, sizes, distinct = closeness.diversity(plpy, rel["qname"], sensitive if l is not None else None)
+    ids, sizes, distinct = closeness.diversity(plpy, rel["read"], sensitive if l is not None else None, rel["qname"])
     bad = sizes < k
     if l is not None:
         bad |= distinct < l

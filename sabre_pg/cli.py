@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cascade", action="store_true",
                    help="also drop other objects that depend on what is dropped (e.g. views on sabre.runs); "
                         "without it, uninstall refuses and lists them")
-    p = sub.add_parser("check", help="check the server and the installation: tampering, then sabre_selftest()")
+    p = sub.add_parser("check", help="check the server and the installation: its catalog against a reference install, "
+                                        "then sabre_selftest() (skipped on any difference); warnings for "
+                                        "capturable search_path settings")
     _add_db_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 

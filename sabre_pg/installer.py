@@ -13,6 +13,8 @@ Placeholders in the SQL files:
     a short PL/Python preamble (see :func:`bootstrap`) that goes first in every
     PL/Python function body. After it, ``import sabre_pg.core.emd`` or
     ``from sabre_plpy import anonymize`` works inside the backend.
+``@limit:NAME@``
+    the number ``sabre_pg.core.limits.NAME`` (the caps live in that one module).
 
 Install, upgrade and re-install are the same operation: every SQL file is
 idempotent, the modules table is rewritten, and ``<schema>.meta`` records the
@@ -39,6 +41,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 import sabre_pg
+from sabre_pg.core import limits
 from sabre_pg.errors import SabreError
 
 PACKAGE_DIR = Path(sabre_pg.__file__).resolve().parent
@@ -214,7 +217,11 @@ def sql_files() -> list[Path]:
 
 
 def render_sql(text: str, schema: str) -> str:
+    text = _LIMIT.sub(lambda m: str(int(getattr(limits, m.group(1)))), text)
     return text.replace("@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
+
+
+_LIMIT = re.compile(r"@limit:([A-Z0-9_]+)@")     # a cap of sabre_pg.core.limits, as a number
 
 
 def source_hash(schema: str = "sabre") -> str:
@@ -394,15 +401,18 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
 upgrade = install
 
 
-def _relation_exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
-    qualified = f"{quote_schema(schema)}.{name}"
-    return conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None
+def _plain_table(conn: psycopg.Connection, schema: str, name: str) -> bool:
+    """Whether ``<schema>.<name>`` is an ordinary table: reading one runs nothing of
+    others (a view or foreign table could)."""
+    return conn.execute(
+        "SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%s)",
+        (f"{quote_schema(schema)}.{name}",)).fetchone() in (("r",),)
 
 
 @_tidy
 def installed_meta(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """``<schema>.meta`` as a dict; empty when sabre-pg is not installed there."""
-    if not _relation_exists(conn, schema, "meta"):
+    if not _plain_table(conn, schema, "meta"):
         return {}
     rows = conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema))).fetchall()
     return dict(rows)
@@ -547,7 +557,7 @@ QUALIFIED_WRAPPERS: tuple[str, ...] = (
     "sabre_anonymize(text,text[],text,double precision,integer,text,text,jsonb)",
 )
 # Catalog tables that must have row-level security enabled.
-RLS_TABLES = ("runs", "hierarchies")
+RLS_TABLES = ("runs", "hierarchies", "output_locks", "run_tokens", "streams")
 # Grants the README tells the DBA to make to analysts, beyond what the SQL grants, by object
 # as check's findings name it: USAGE on the schema; editing hierarchies (row-level security
 # keeps each role to its own). A role may also be granted what the SQL gives PUBLIC.
@@ -555,56 +565,198 @@ _HIERARCHY_EDITING = ("INSERT", "UPDATE", "DELETE")
 DBA_GRANTS = {"schema": ("USAGE",), "relation hierarchies": _HIERARCHY_EDITING,
               "relation hierarchy_rows": _HIERARCHY_EDITING}
 
-# One row per object of the schema whose oid is %(nsp)s: (kind, name, owner oid, ACL
-# items "grantee=privilege[*]" with the owner written "owner", attributes as jsonb).
-# Run with search_path = pg_catalog so every name in it is schema-qualified.
+# The catalog fingerprint: one row per object of the schema whose oid is %(nsp)s, and per
+# part of one (column, constraint, trigger, rule, policy) and per cast on one of its types
+# (the internal triggers that enforce a constraint, with their enabled state, are the
+# constraint's, since their names carry OIDs):
+# (kind, name relative to the schema, owner oid or NULL for parts, ACL items
+# "grantee=privilege[*]" with the owner written "owner", attributes as jsonb). It reads
+# pg_catalog alone: nothing of the schema it describes runs. Run it with search_path =
+# pg_catalog, pg_temp, so every name it prints is schema-qualified; names of the reference
+# install's schema are then replaced by the installed one's (see _rename_schema).
 _ACL_ITEMS = """(SELECT coalesce(array_agg(CASE WHEN a.grantee = {owner} THEN 'owner'
         WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
         || '=' || a.privilege_type || CASE WHEN a.is_grantable THEN '*' ELSE '' END), '{{}}')
     FROM aclexplode(coalesce({acl}, acldefault({kind}, {owner}))) a)"""
 _REL_ACL = _ACL_ITEMS.format(owner="c.relowner", acl="c.relacl",
                              kind="(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END)::\"char\"")
-_SNAPSHOT_SQL = f"""
-SELECT 'schema', ''::text, n.nspowner, {_ACL_ITEMS.format(owner='n.nspowner', acl='n.nspacl', kind="'n'")}, '{{}}'::jsonb
+_NO_ACL = "'{}'::text[]"
+# roles of a policy, PUBLIC by name
+_ROLE_NAMES = ("(SELECT array_agg(g ORDER BY g) FROM (SELECT CASE WHEN r = 0 THEN 'PUBLIC' "
+               "ELSE pg_get_userbyid(r) END AS g FROM unnest({}) r) s)")
+# Catalogs of objects with a schema that the fingerprint has no detailed part for: only
+# that they exist, and their owner (parsers and templates have none).
+_OTHER_CATALOGS = tuple((cat, nsp, own) for cat, nsp, own in SCHEMA_CATALOGS if cat in (
+    "pg_collation", "pg_conversion", "pg_statistic_ext", "pg_ts_config", "pg_ts_dict")) + (
+    ("pg_ts_parser", "prsnamespace", "NULL::oid"), ("pg_ts_template", "tmplnamespace", "NULL::oid"),
+    ("pg_extension", "extnamespace", "extowner"))
+_FINGERPRINT_SQL = f"""
+SELECT 'schema', ''::text, n.nspowner,
+       {_ACL_ITEMS.format(owner='n.nspowner', acl='n.nspacl', kind="'n'")},
+       jsonb_build_object('comment', obj_description(n.oid, 'pg_namespace'),
+           'default_privileges', (SELECT array_agg(pg_get_userbyid(d.defaclrole) || ' ' || d.defaclobjtype::text
+                                                   || ' ' || d.defaclacl::text ORDER BY 1)
+                                  FROM pg_default_acl d WHERE d.defaclnamespace = n.oid),
+           'publications', (SELECT array_agg(p.pubname::text ORDER BY 1) FROM pg_publication_namespace pn
+                            JOIN pg_publication p ON p.oid = pn.pnpubid WHERE pn.pnnspid = n.oid))
 FROM pg_namespace n WHERE n.oid = %(nsp)s
 UNION ALL
-SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'i' THEN 'index' ELSE 'relation' END,
-       c.relname::text, c.relowner,
-       {_REL_ACL},
-       jsonb_build_object('relkind', c.relkind, 'row_security', c.relrowsecurity,
+SELECT CASE WHEN c.relkind = 'S' THEN 'sequence' WHEN c.relkind IN ('v', 'm') THEN 'view'
+            WHEN c.relkind IN ('i', 'I') THEN 'index' ELSE 'relation' END,
+       c.relname::text, c.relowner, {_REL_ACL},
+       jsonb_build_object('relkind', c.relkind::text, 'row_security', c.relrowsecurity,
            'force_row_security', c.relforcerowsecurity,
            'view', CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) END,
-           'column_privileges', (SELECT jsonb_object_agg(a.attname, a.attacl::text[]) FROM pg_attribute a
-                                 WHERE a.attrelid = c.oid AND a.attacl IS NOT NULL),
-           'policies', (SELECT jsonb_object_agg(p.polname, jsonb_build_object('cmd', p.polcmd,
-                            'permissive', p.polpermissive,
-                            'roles', (SELECT array_agg(g ORDER BY g) FROM (SELECT CASE WHEN r = 0 THEN 'PUBLIC'
-                                          ELSE pg_get_userbyid(r) END AS g FROM unnest(p.polroles) r) s),
-                            'using', pg_get_expr(p.polqual, p.polrelid),
-                            'check', pg_get_expr(p.polwithcheck, p.polrelid)))
-                        FROM pg_policy p WHERE p.polrelid = c.oid),
-           'triggers', (SELECT jsonb_object_agg(t.tgname, pg_get_triggerdef(t.oid)) FROM pg_trigger t
-                        WHERE t.tgrelid = c.oid AND NOT t.tgisinternal))
+           'index', CASE WHEN c.relkind IN ('i', 'I') THEN pg_get_indexdef(c.oid) END,
+           'index_state', (SELECT jsonb_build_object('valid', x.indisvalid, 'ready', x.indisready,
+                                                     'live', x.indislive, 'clustered', x.indisclustered)
+                           FROM pg_index x WHERE x.indexrelid = c.oid),
+           'persistence', c.relpersistence::text, 'options', c.reloptions,
+           'replica_identity', c.relreplident::text,
+           'access_method', (SELECT am.amname::text FROM pg_am am WHERE am.oid = c.relam),
+           'partition_key', CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END,
+           'partition_bound', pg_get_expr(c.relpartbound, c.oid),
+           'inherits', (SELECT array_agg(i.inhparent::regclass::text ORDER BY i.inhseqno)
+                        FROM pg_inherits i WHERE i.inhrelid = c.oid),
+           'inherited_by', (SELECT array_agg(i.inhrelid::regclass::text ORDER BY 1)
+                            FROM pg_inherits i WHERE i.inhparent = c.oid),
+           'sequence', (SELECT jsonb_build_object('type', format_type(s.seqtypid, NULL), 'start', s.seqstart,
+                                   'increment', s.seqincrement, 'min', s.seqmin, 'max', s.seqmax,
+                                   'cache', s.seqcache, 'cycle', s.seqcycle)
+                        FROM pg_sequence s WHERE s.seqrelid = c.oid),
+           'owned_by', CASE WHEN c.relkind = 'S' THEN
+                           (SELECT array_agg(d.refobjid::regclass::text || '.' || quote_ident(a.attname) ORDER BY 1)
+                            FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                            WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                              AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')) END,
+           'publications', (SELECT array_agg(p.pubname::text ORDER BY 1) FROM pg_publication_rel pr
+                            JOIN pg_publication p ON p.oid = pr.prpubid WHERE pr.prrelid = c.oid),
+           'comment', obj_description(c.oid, 'pg_class'))
 FROM pg_class c WHERE c.relnamespace = %(nsp)s AND c.relkind <> 't'
+UNION ALL
+SELECT 'column', c.relname::text || '.' || a.attname::text, NULL::oid,
+       {_ACL_ITEMS.format(owner='c.relowner', acl='a.attacl', kind="'c'")},
+       jsonb_build_object('type', format_type(a.atttypid, a.atttypmod), 'not_null', a.attnotnull,
+           'default', pg_get_expr(d.adbin, d.adrelid), 'identity', a.attidentity::text,
+           'generated', a.attgenerated::text, 'collation', a.attcollation::regcollation::text,
+           'storage', a.attstorage::text,
+           'comment', col_description(c.oid, a.attnum))
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+WHERE c.relnamespace = %(nsp)s AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c')
+UNION ALL
+SELECT 'constraint', coalesce(c.relname, t.typname)::text || '.' || k.conname::text, NULL::oid, {_NO_ACL},
+       jsonb_build_object('definition', pg_get_constraintdef(k.oid), 'type', k.contype::text,
+           'deferrable', k.condeferrable, 'deferred', k.condeferred, 'validated', k.convalidated,
+           'index', k.conindid::regclass::text, 'comment', obj_description(k.oid, 'pg_constraint'),
+           'internal_triggers', (SELECT array_agg(t.tgrelid::regclass::text || ' ' || f.proname::text || ' '
+                                                  || t.tgtype::text || ' enabled=' || t.tgenabled::text ORDER BY 1)
+                                 FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid
+                                 WHERE t.tgconstraint = k.oid AND t.tgisinternal))
+FROM pg_constraint k LEFT JOIN pg_class c ON c.oid = k.conrelid LEFT JOIN pg_type t ON t.oid = k.contypid
+WHERE k.connamespace = %(nsp)s
+UNION ALL
+SELECT 'trigger', c.relname::text || '.' || CASE WHEN t.tgisinternal  -- of a constraint of another schema
+           THEN (SELECT 'internal ' || f.proname::text FROM pg_proc f WHERE f.oid = t.tgfoid) || ' of constraint '
+                || coalesce(k.conrelid::regclass::text || '.', '') || coalesce(k.conname::text, '')
+           ELSE t.tgname::text END, NULL::oid, {_NO_ACL},
+       jsonb_build_object('definition', pg_get_triggerdef(t.oid), 'enabled', t.tgenabled::text,
+           'comment', obj_description(t.oid, 'pg_trigger'))
+FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid LEFT JOIN pg_constraint k ON k.oid = t.tgconstraint
+WHERE c.relnamespace = %(nsp)s AND NOT (t.tgisinternal AND k.connamespace IS NOT DISTINCT FROM %(nsp)s)
+UNION ALL
+SELECT 'rule', c.relname::text || '.' || r.rulename::text, NULL::oid, {_NO_ACL},
+       jsonb_build_object('definition', pg_get_ruledef(r.oid), 'enabled', r.ev_enabled::text,
+           'comment', obj_description(r.oid, 'pg_rewrite'))
+FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+WHERE c.relnamespace = %(nsp)s AND NOT (r.rulename = '_RETURN' AND c.relkind IN ('v', 'm'))
+UNION ALL
+SELECT 'policy', c.relname::text || '.' || p.polname::text, NULL::oid, {_NO_ACL},
+       jsonb_build_object('command', p.polcmd::text, 'permissive', p.polpermissive,
+           'roles', {_ROLE_NAMES.format('p.polroles')},
+           'using', pg_get_expr(p.polqual, p.polrelid), 'check', pg_get_expr(p.polwithcheck, p.polrelid))
+FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = %(nsp)s
 UNION ALL
 SELECT 'function', p.proname::text || '(' || coalesce((SELECT string_agg(format_type(t, NULL), ',' ORDER BY i)
                                         FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)), '') || ')',
        p.proowner, {_ACL_ITEMS.format(owner='p.proowner', acl='p.proacl', kind="'f'")},
        jsonb_build_object('config', p.proconfig, 'security_definer', p.prosecdef, 'language', l.lanname,
-                          'volatility', p.provolatile, 'source', p.prosrc,
-                          'result', pg_get_function_result(p.oid))
+           'volatility', p.provolatile, 'source', p.prosrc, 'sql_body', pg_get_function_sqlbody(p.oid),
+           'binary', p.probin, 'result', pg_get_function_result(p.oid),
+           'arguments', pg_get_function_arguments(p.oid), 'kind', p.prokind::text, 'strict', p.proisstrict,
+           'leakproof', p.proleakproof, 'parallel', p.proparallel::text, 'returns_set', p.proretset,
+           'cost', p.procost, 'rows', p.prorows, 'support', p.prosupport::text,
+           'aggregate', (SELECT jsonb_build_object('kind', g.aggkind::text, 'transition', g.aggtransfn::text,
+                                   'final', g.aggfinalfn::text, 'combine', g.aggcombinefn::text,
+                                   'state', format_type(g.aggtranstype, NULL), 'initial', g.agginitval,
+                                   'sort_operator', g.aggsortop::regoperator::text)
+                         FROM pg_aggregate g WHERE g.aggfnoid = p.oid),
+           'comment', obj_description(p.oid, 'pg_proc'))
 FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.pronamespace = %(nsp)s
 UNION ALL
-SELECT 'type', t.typname::text, t.typowner, {_ACL_ITEMS.format(owner='t.typowner', acl='t.typacl', kind="'T'")}, '{{}}'::jsonb
+SELECT 'operator', o.oprname::text || '(' || CASE WHEN o.oprleft = 0 THEN 'NONE' ELSE format_type(o.oprleft, NULL) END
+                   || ',' || format_type(o.oprright, NULL) || ')', o.oprowner, {_NO_ACL},
+       jsonb_build_object('function', o.oprcode::regprocedure::text, 'result', format_type(o.oprresult, NULL),
+           'commutator', o.oprcom::regoperator::text, 'negator', o.oprnegate::regoperator::text,
+           'restrict', o.oprrest::text, 'join', o.oprjoin::text, 'hashes', o.oprcanhash,
+           'merges', o.oprcanmerge, 'comment', obj_description(o.oid, 'pg_operator'))
+FROM pg_operator o WHERE o.oprnamespace = %(nsp)s
+UNION ALL
+SELECT 'type', t.typname::text, t.typowner, {_ACL_ITEMS.format(owner='t.typowner', acl='t.typacl', kind="'T'")},
+       jsonb_build_object('kind', t.typtype::text,
+           'base', CASE WHEN t.typbasetype <> 0 THEN format_type(t.typbasetype, t.typtypmod) END,
+           'not_null', t.typnotnull, 'default', t.typdefault, 'collation', t.typcollation::regcollation::text,
+           'labels', (SELECT array_agg(e.enumlabel::text ORDER BY e.enumsortorder) FROM pg_enum e
+                      WHERE e.enumtypid = t.oid),
+           'range', (SELECT jsonb_build_object('subtype', format_type(r.rngsubtype, NULL),
+                                'canonical', r.rngcanonical::text, 'difference', r.rngsubdiff::text,
+                                'opclass', r.rngsubopc::regclass::text)
+                     FROM pg_range r WHERE r.rngtypid = t.oid),
+           'functions', jsonb_build_array(t.typinput::text, t.typoutput::text, t.typreceive::text,
+                                          t.typsend::text, t.typmodin::text, t.typmodout::text,
+                                          t.typanalyze::text, t.typsubscript::text),
+           'comment', obj_description(t.oid, 'pg_type'))
 FROM pg_type t WHERE t.typnamespace = %(nsp)s AND t.typrelid = 0
   AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.typarray = t.oid)
+UNION ALL
+SELECT 'cast', '(' || format_type(k.castsource, NULL) || ' AS ' || format_type(k.casttarget, NULL) || ')',
+       NULL::oid, {_NO_ACL},
+       jsonb_build_object('function', CASE WHEN k.castfunc <> 0 THEN k.castfunc::regprocedure::text END,
+           'context', k.castcontext::text, 'method', k.castmethod::text)
+FROM pg_cast k
+WHERE EXISTS (SELECT 1 FROM pg_type t WHERE t.oid IN (k.castsource, k.casttarget) AND t.typnamespace = %(nsp)s)
+   OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = k.castfunc AND p.pronamespace = %(nsp)s)
+UNION ALL
+SELECT 'transform', format_type(x.trftype, NULL) || ' LANGUAGE ' || l.lanname::text, NULL::oid, {_NO_ACL},
+       jsonb_build_object('from_sql', x.trffromsql::text, 'to_sql', x.trftosql::text)
+FROM pg_transform x JOIN pg_language l ON l.oid = x.trflang
+WHERE EXISTS (SELECT 1 FROM pg_type t WHERE t.oid = x.trftype AND t.typnamespace = %(nsp)s)
+   OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid IN (x.trffromsql, x.trftosql) AND p.pronamespace = %(nsp)s)
+UNION ALL
+SELECT 'operator class', c.opcname::text || ' USING ' || am.amname::text, c.opcowner, {_NO_ACL},
+       jsonb_build_object('type', format_type(c.opcintype, NULL), 'default', c.opcdefault,
+           'family', c.opcfamily::text, 'storage', c.opckeytype::text)
+FROM pg_opclass c JOIN pg_am am ON am.oid = c.opcmethod WHERE c.opcnamespace = %(nsp)s
+UNION ALL
+SELECT 'operator family', f.opfname::text || ' USING ' || am.amname::text, f.opfowner, {_NO_ACL},
+       jsonb_build_object(
+           'operators', (SELECT array_agg(o.amopstrategy::text || ' ' || o.amopopr::regoperator::text ORDER BY 1)
+                         FROM pg_amop o WHERE o.amopfamily = f.oid),
+           'functions', (SELECT array_agg(p.amprocnum::text || ' ' || p.amproc::regprocedure::text ORDER BY 1)
+                         FROM pg_amproc p WHERE p.amprocfamily = f.oid))
+FROM pg_opfamily f JOIN pg_am am ON am.oid = f.opfmethod WHERE f.opfnamespace = %(nsp)s
+UNION ALL
+SELECT i.type, coalesce(i.name, i.identity), o.owner, {_NO_ACL}, '{{}}'::jsonb
+FROM (""" + " UNION ALL ".join(
+    f"SELECT '{cat}'::regclass AS classid, oid AS objid, {own} AS owner FROM {cat} WHERE {nsp} = %(nsp)s"
+    for cat, nsp, own in _OTHER_CATALOGS) + """) o, pg_identify_object(o.classid, o.objid, 0) i
 """
 
 
 def _snapshot(conn: psycopg.Connection, nsp: int) -> dict:
-    """{(kind, name): (owner oid, ACL items, attributes)} of the schema with oid ``nsp``
-    (needs search_path = pg_catalog)."""
-    rows = conn.execute(_SNAPSHOT_SQL, {"nsp": nsp}).fetchall()
+    """{(kind, name): (owner oid or None, ACL items, attributes)} of the schema with oid
+    ``nsp``: its catalog fingerprint (needs search_path = pg_catalog, pg_temp)."""
+    rows = conn.execute(_FINGERPRINT_SQL, {"nsp": nsp}).fetchall()
     return {(kind, name): (owner, sorted(acl), attrs) for kind, name, owner, acl, attrs in rows}
 
 
@@ -626,6 +778,9 @@ def _reference(conn: psycopg.Connection, schema: str, nsp: int) -> tuple[dict, d
     ref = "sabre_check_" + uuid.uuid4().hex[:16]
     with conn.transaction(force_rollback=True):
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        # no event trigger (or other trigger or rule left enabled for origin sessions)
+        # runs while the reference is installed
+        conn.execute("SET LOCAL session_replication_role = replica")
         ident = conn.execute("SELECT quote_ident(%s)", (schema,)).fetchone()[0]
         got = _snapshot(conn, nsp)
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(ref)))
@@ -660,7 +815,7 @@ def _catalog_findings(got: dict, want: dict, owner: int) -> list[str]:
             out.append(f"{label} is missing")
             continue
         have_owner, have_acl, have_attrs = got[key]
-        if have_owner != owner:
+        if have_owner is not None and have_owner != owner:  # parts (columns, rules, ...) have none
             out.append(f"{label} is not owned by the schema owner")
         if key not in want:
             out.append(f"{label} is not part of sabre-pg")
@@ -709,9 +864,12 @@ def _meta_findings(meta: dict, schema: str) -> list[str]:
 
 def tampering(conn: psycopg.Connection, schema: str) -> list[str]:
     """Human-readable findings where the installation in ``schema`` departs from what
-    install() writes: module rows, meta, ownership, privileges, function settings and
-    definitions, row-level security. Empty for an intact installation. The catalog part
-    compares with a reference install made and rolled back here, so it needs a superuser."""
+    install() writes, one per difference: the schema's whole catalog state (every object
+    and part of one, owners, privileges, settings and definitions, anything extra, casts
+    on its types; see _FINGERPRINT_SQL), then module rows and meta. Empty for an intact
+    installation. The catalog part compares with a reference install made and rolled back
+    here, so it needs a superuser; it reads pg_catalog alone, and the schema's own tables
+    are read only when they are plain tables."""
     row = _schema_row(conn, schema)
     if row is None:
         return [f"schema {schema} does not exist"]
@@ -719,18 +877,107 @@ def tampering(conn: psycopg.Connection, schema: str) -> list[str]:
     out = [] if owner_is_super else [
         f"schema {schema} is owned by {owner!r}, which is not a superuser: that role controls the code "
         "the server runs"]
-    out += _meta_findings(installed_meta(conn, schema), schema)
-    out += _module_findings(conn, schema)
     if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
-        return out + ["ownership and privileges not verified: check needs a superuser to compare "
-                      "with a reference install"]
-    try:
-        got, want = _reference(conn, schema, nsp)
-    except psycopg.Error as e:  # e.g. a read-only standby
-        return out + [f"ownership and privileges not verified: the reference install failed: "
-                      f"{e.sqlstate or ''} {e.diag.message_primary or e}"]
-    owner_oid = conn.execute("SELECT nspowner FROM pg_namespace WHERE oid = %s", (nsp,)).fetchone()[0]
-    return out + _catalog_findings(got, want, owner_oid)
+        catalog = ["ownership and privileges not verified: check needs a superuser to compare "
+                   "with a reference install"]
+    else:
+        try:
+            got, want = _reference(conn, schema, nsp)
+            owner_oid = conn.execute("SELECT nspowner FROM pg_namespace WHERE oid = %s", (nsp,)).fetchone()[0]
+            catalog = _catalog_findings(got, want, owner_oid)
+        except psycopg.Error as e:  # e.g. a read-only standby
+            catalog = [f"ownership and privileges not verified: the reference install failed: "
+                       f"{e.sqlstate or ''} {e.diag.message_primary or e}"]
+    out += _meta_findings(installed_meta(conn, schema), schema)
+    out += _module_findings(conn, schema) if _plain_table(conn, schema, "modules") else [
+        f"relation modules is not a table of {schema}: module rows not verified"]
+    return out + catalog
+
+
+def _writable_by_others(conn: psycopg.Connection, names: list[str]) -> dict[str, list[str]]:
+    """{schema: roles other than superusers that may create in it (PUBLIC included)} for
+    those of ``names`` that have any; ``public`` owned by pg_database_owner counts the
+    database's owner."""
+    rows = conn.execute("""
+        SELECT n.nspname::text, array_agg(DISTINCT w.who ORDER BY w.who)
+        FROM pg_catalog.pg_namespace n,
+             LATERAL (SELECT CASE WHEN h.grantee OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.regrole
+                                  THEN (SELECT d.datdba FROM pg_catalog.pg_database d
+                                        WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                                  ELSE h.grantee END AS grantee
+                      FROM (SELECT n.nspowner AS grantee
+                            UNION ALL
+                            SELECT a.grantee FROM pg_catalog.aclexplode(n.nspacl) a
+                            WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE') h) g,
+             LATERAL (SELECT CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                  ELSE pg_catalog.pg_get_userbyid(g.grantee)::pg_catalog.text END AS who) w
+        WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])
+          AND (g.grantee OPERATOR(pg_catalog.=) 0 OR NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                                                         WHERE r.oid OPERATOR(pg_catalog.=) g.grantee))
+        GROUP BY 1""", (names,)).fetchall()
+    return dict(rows)
+
+
+def _search_path_schemas(value: str) -> list[str]:
+    """The schema names of a search_path setting, unquoted."""
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        out.append(item[1:-1].replace('""', '"') if len(item) > 1 and item[0] == item[-1] == '"' else item.lower())
+    return out
+
+
+def environment_warnings(conn: psycopg.Connection, schema: str) -> list[str]:
+    """Risks around the installation that are not departures from it: search_path settings
+    (of roles and databases) that list ``schema`` and a schema others may create in, wherever
+    it stands, so a function planted there captures unqualified calls (issue 25, finding 9:
+    PostgreSQL weighs overloads of other argument types equally across the path); event
+    triggers that run code a non-superuser owns whenever anyone, install included, runs DDL."""
+    settings = conn.execute("""
+        SELECT coalesce('role ' || pg_catalog.quote_ident(r.rolname), 'every role')
+               || coalesce(' in database ' || pg_catalog.quote_ident(d.datname), ''),
+               pg_catalog.substr(c, pg_catalog.length('search_path=') + 1), r.rolname::pg_catalog.text
+        FROM pg_catalog.pg_db_role_setting s
+        LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) s.setrole
+        LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.setdatabase,
+        pg_catalog.unnest(s.setconfig) c
+        WHERE pg_catalog.starts_with(c, 'search_path=')
+          AND (s.setdatabase OPERATOR(pg_catalog.=) 0 OR d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+        ORDER BY 1""").fetchall()
+    listed = []  # (who, role or None, schemas on the path but sabre's, "$user" as the role's name)
+    for who, value, role in settings:
+        path = _search_path_schemas(value)
+        if schema in path:
+            listed.append((who, role, [role if n == "$user" and role else n for n in path
+                                       if n != schema and (n != "$user" or role)]))
+    writable = _writable_by_others(conn, sorted({n for _, _, path in listed for n in path}))
+    out = []
+    for who, role, path in listed:
+        for name in path:
+            writers = [w for w in writable.get(name, ()) if w != role]  # a role's own schema is its own
+            if writers:
+                out.append(
+                    f"search_path of {who} lists schema {name} with {schema}, and {', '.join(writers)} "
+                    f"may create in {name}: a function planted there captures unqualified calls of sabre "
+                    f"functions wherever {name} stands on the path (an overload whose argument types match "
+                    f"better wins). HINT: list only schemas no other role may create in "
+                    f"(ALTER ROLE ... SET search_path = \"$user\", {schema}), or call sabre functions "
+                    f"schema-qualified ({schema}.sabre_anonymize(...)); docs/security.md, Which search_path to use.")
+    out += [f"event trigger {name} (owner {owner!r}) runs {fn} (owner {fn_owner!r}): {who} not a superuser, "
+            "yet its code runs as whoever runs DDL, install and upgrade included. HINT: make a superuser own "
+            "the event trigger and its function, or drop the event trigger."
+            for name, owner, fn, fn_owner, who in conn.execute("""
+                SELECT e.evtname::pg_catalog.text, pg_catalog.pg_get_userbyid(e.evtowner)::pg_catalog.text,
+                       pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid)),
+                       pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text,
+                       CASE WHEN NOT fo.rolsuper AND NOT eo.rolsuper THEN 'neither owner is'
+                            WHEN NOT fo.rolsuper THEN 'the function''s owner is' ELSE 'the event trigger''s owner is' END
+                FROM pg_catalog.pg_event_trigger e JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) e.evtfoid
+                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+                JOIN pg_catalog.pg_roles fo ON fo.oid OPERATOR(pg_catalog.=) p.proowner
+                JOIN pg_catalog.pg_roles eo ON eo.oid OPERATOR(pg_catalog.=) e.evtowner
+                WHERE e.evtenabled OPERATOR(pg_catalog.<>) 'D' AND NOT (fo.rolsuper AND eo.rolsuper) ORDER BY 1""")]
+    return out
 
 
 @_tidy
@@ -738,10 +985,13 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     """A report on the server and the sabre-pg installation in ``schema``; ``ok`` sums it up.
 
     ``tampered`` lists every departure from what install() writes (see :func:`tampering`);
-    the self-test, which runs the installed code, is skipped when that list is not empty."""
+    the self-test, which runs the installed code, is skipped when that list is not empty.
+    ``warnings`` lists risks around the installation (see :func:`environment_warnings`); they do not
+    change ``ok``."""
     check_schema_name(schema)
     one = lambda query, *params: conn.execute(query, params or None).fetchone()  # noqa: E731
     meta = installed_meta(conn, schema)
+    installed = bool(meta) or _schema_row(conn, schema) is not None
     report = {
         "server_version": one("SHOW server_version")[0],
         "current_user": one("SELECT current_user")[0],
@@ -753,11 +1003,12 @@ def check(conn: psycopg.Connection, schema: str = "sabre") -> dict:
         "installed_version": meta.get("version"),
         "build_id": meta.get("build_id"),
         "up_to_date": _meta_is_current(meta, schema),
-        "tampered": tampering(conn, schema) if meta else [],
+        "tampered": tampering(conn, schema) if installed else [],
+        "warnings": environment_warnings(conn, schema),
         "selftest": None,
         "selftest_error": None,
     }
-    if meta and report["tampered"]:
+    if installed and report["tampered"]:
         report["selftest_error"] = "not run: the installation departs from the package (see tampered)"
     elif meta:
         try:

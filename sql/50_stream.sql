@@ -2,18 +2,37 @@
 -- table, advanced by calls or by pg_cron jobs.  Thin PL/Python wrappers around
 -- sabre_plpy.stream and sabre_plpy.schedule (docs/streams.md).  Idempotent.
 --
--- State (row numbering, the rows published ahead of their window, S_G, the log of advances)
--- lives in three tables of this schema.  Each row carries its owner; row-level security lets a role see and change
--- only its own streams, as for sabre.runs.  The tables are logged: a crash keeps the state of
--- the last committed advance.
+-- State (issue #25, finding 3).  Each stream's state lives in three relations its owner owns,
+-- created beside its output and revoked from everyone else: <output>_state (one row: position,
+-- S_G, the rows published ahead, cron job), <output>_rows (the row numbering) and <output>_log
+-- (the log of advances).  Their keys and constraints therefore never span roles, nobody else can
+-- read, write, probe or lock them, and an advance serializes on the row lock of <output>_state
+-- (SELECT ... FOR UPDATE), which only the owner (or a superuser) can take.
+--
+-- @schema@.streams is the registry: one row per stream with its immutable definition and the
+-- OIDs of its relations; stream_id is the OID of <output>_state.  Each role inserts and reads
+-- only its own rows (row-level security, WITH CHECK on the owner's oid); nobody but its owner
+-- may update or delete them (no UPDATE or DELETE privilege, so no role can LOCK the table in a
+-- mode that blocks others), and it has no unique key or foreign key, so no insert can collide
+-- with, or reveal, another role's row.  A row counts only while its stream_id is a relation
+-- owned by the row's owner carrying the stream's identity; stream_forget() removes the rows
+-- whose relation is gone.
 
-CREATE SEQUENCE IF NOT EXISTS @schema@.streams_stream_id_seq;
+-- The 0.2 layout (central state tables with DML for PUBLIC): set aside, migrated below.
+DO $mig$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_attribute a
+               WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('@schema@.streams')
+                 AND a.attname OPERATOR(pg_catalog.=) 'ahead' AND NOT a.attisdropped) THEN
+        ALTER TABLE @schema@.streams RENAME TO streams_0_2;
+    END IF;
+END
+$mig$;
 
 CREATE TABLE IF NOT EXISTS @schema@.streams (
-    stream_id         bigint PRIMARY KEY
-                      DEFAULT pg_catalog.nextval('@schema@.streams_stream_id_seq'::pg_catalog.regclass),
+    stream_id         bigint NOT NULL,        -- the OID of <output>_state
     name              text NOT NULL,
-    owner             name NOT NULL DEFAULT CURRENT_USER,
+    owner             oid NOT NULL,           -- the owning role (pg_roles.oid)
     source            text NOT NULL,          -- qualified name at creation
     source_oid        oid NOT NULL,
     arrival           text NOT NULL,          -- the monotone column giving the arrival order
@@ -29,88 +48,65 @@ CREATE TABLE IF NOT EXISTS @schema@.streams (
     output_schema     name NOT NULL,
     output_name       name NOT NULL,
     relation_oids     oid[] NOT NULL,         -- <output>, <output>_classes, <output>_keys
-    identity          text NOT NULL,          -- token in the outputs' COMMENT
-    advances          bigint NOT NULL DEFAULT 0,
-    numbered          bigint NOT NULL DEFAULT 0,   -- rows numbered so far (1..numbered)
-    next_ec           bigint NOT NULL DEFAULT 0,   -- first ec_id of the next published class
-    sg_first          bigint,                 -- S_G's generating window (the last DIRECT's)
-    sg_last           bigint,
-    sg_emds           double precision[] NOT NULL DEFAULT '{}',   -- EMD of each S_G class
-    sg_rows           bigint[] NOT NULL DEFAULT '{}',             -- rows of S_G, by row number
-    sg_classes        integer[] NOT NULL DEFAULT '{}',            -- their S_G class
-    ahead             bigint[] NOT NULL DEFAULT '{}',  -- rows published before their window came:
-                                                       -- row numbers >= the next window's first
-    last_case         integer,
-    last_advance_at   timestamptz,
-    cron_job          bigint,                 -- pg_cron job of sabre_stream_schedule
-    created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    UNIQUE (owner, name)
+    state_oids        oid[] NOT NULL,         -- <output>_state, <output>_rows, <output>_log
+    identity          text NOT NULL,          -- token in the relations' COMMENT
+    created_at        timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
--- the state's arrays are rewritten by every advance: stored uncompressed (compressing
--- some 100 kB of row numbers cost more than the rest of the state's update)
-ALTER TABLE @schema@.streams ALTER COLUMN ahead SET STORAGE EXTERNAL, ALTER COLUMN sg_rows SET STORAGE EXTERNAL,
-    ALTER COLUMN sg_classes SET STORAGE EXTERNAL, ALTER COLUMN sg_emds SET STORAGE EXTERNAL;
+CREATE INDEX IF NOT EXISTS streams_by_name ON @schema@.streams (owner, name);     -- not unique
 COMMENT ON TABLE @schema@.streams IS
-    'SABRE_W streams (sabre_stream_create): parameters, position and S_G; each role sees its own';
-
--- No foreign key to streams: its check per numbered row cost as much as the numbering itself;
--- sabre_stream_drop deletes a stream's rows (stream ids are never reused).
-CREATE TABLE IF NOT EXISTS @schema@.stream_rows (
-    stream_id bigint NOT NULL,
-    row_no    bigint NOT NULL,                -- arrival order, ties broken by the key
-    key       text NOT NULL,                  -- the source key as text
-    owner     name NOT NULL DEFAULT CURRENT_USER,
-    PRIMARY KEY (stream_id, row_no)
-);
--- the numbering's anti-join takes the window's rows by the primary key (a row-number range):
--- a third index, on the arrival recorded with each row, cost a third of the numbering's inserts
-DROP INDEX IF EXISTS @schema@.stream_rows_arrival;
-ALTER TABLE @schema@.stream_rows DROP COLUMN IF EXISTS arrival;      -- tables of earlier installs
-ALTER TABLE @schema@.stream_rows DROP CONSTRAINT IF EXISTS stream_rows_stream_id_fkey;
--- a key is numbered at most once: exactly-once publication rests on this index.  The key
--- leads, so that lookups by stream and row number take the primary key even while a new
--- stream's statistics are stale.
-DROP INDEX IF EXISTS @schema@.stream_rows_key;
-CREATE UNIQUE INDEX IF NOT EXISTS stream_rows_once ON @schema@.stream_rows (key, stream_id);
-COMMENT ON TABLE @schema@.stream_rows IS
-    'Row numbering of each stream (insert-only): rows below the next window''s first are published, '
-    'the others are published if listed in streams.ahead';
-
-CREATE TABLE IF NOT EXISTS @schema@.stream_advances (
-    stream_id    bigint NOT NULL REFERENCES @schema@.streams (stream_id) ON DELETE CASCADE,
-    advance_no   bigint NOT NULL,
-    case_no      integer NOT NULL CHECK (case_no IN (1, 2, 3)),
-    d            double precision,
-    rows         bigint NOT NULL,
-    classes      bigint NOT NULL,
-    max_emd      double precision,
-    window_first bigint NOT NULL,
-    window_last  bigint NOT NULL,
-    seconds      double precision NOT NULL,
-    phases       jsonb,                       -- seconds per phase (validate, number, state, read, engine, publish, save)
-    advanced_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    owner        name NOT NULL DEFAULT CURRENT_USER,
-    PRIMARY KEY (stream_id, advance_no)
-);
-ALTER TABLE @schema@.stream_advances ADD COLUMN IF NOT EXISTS phases jsonb;   -- tables of earlier installs
-COMMENT ON TABLE @schema@.stream_advances IS 'The log of every advance of every stream';
-
+    'SABRE_W streams (sabre_stream_create): definition and relations; each role sees its own, '
+    'the state lives in relations the owner owns';
 ALTER TABLE @schema@.streams ENABLE ROW LEVEL SECURITY;
-ALTER TABLE @schema@.stream_rows ENABLE ROW LEVEL SECURITY;
-ALTER TABLE @schema@.stream_advances ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS own ON @schema@.streams;
-DROP POLICY IF EXISTS own ON @schema@.stream_rows;
-DROP POLICY IF EXISTS own ON @schema@.stream_advances;
 CREATE POLICY own ON @schema@.streams FOR ALL
-    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER) WITH CHECK (owner OPERATOR(pg_catalog.=) CURRENT_USER);
-CREATE POLICY own ON @schema@.stream_rows FOR ALL
-    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER) WITH CHECK (owner OPERATOR(pg_catalog.=) CURRENT_USER);
-CREATE POLICY own ON @schema@.stream_advances FOR ALL
-    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER) WITH CHECK (owner OPERATOR(pg_catalog.=) CURRENT_USER);
-REVOKE ALL ON @schema@.streams, @schema@.stream_rows, @schema@.stream_advances FROM PUBLIC;
-GRANT SELECT, INSERT, UPDATE, DELETE ON @schema@.streams, @schema@.stream_rows, @schema@.stream_advances TO PUBLIC;
-REVOKE ALL ON SEQUENCE @schema@.streams_stream_id_seq FROM PUBLIC;
-GRANT USAGE ON SEQUENCE @schema@.streams_stream_id_seq TO PUBLIC;
+    USING (owner OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r
+                                         WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER))
+    WITH CHECK (owner OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r
+                                              WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER));
+REVOKE ALL ON @schema@.streams FROM PUBLIC;
+GRANT SELECT, INSERT ON @schema@.streams TO PUBLIC;
+
+-- Removes the registry rows of stream_id whose state relation no longer exists (or is no longer
+-- the row owner's): what sabre_stream_drop calls after dropping the state.  Anyone may call it;
+-- it touches only dead rows, and skips rows another transaction holds instead of waiting.
+CREATE OR REPLACE FUNCTION @schema@.stream_forget(stream_id bigint)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    WITH dead AS (
+        SELECT s.ctid FROM @schema@.streams AS s
+        WHERE s.stream_id OPERATOR(pg_catalog.=) stream_forget.stream_id
+          AND NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
+                          WHERE c.oid::pg_catalog.int8 OPERATOR(pg_catalog.=) s.stream_id
+                            AND c.relowner OPERATOR(pg_catalog.=) s.owner)
+        FOR UPDATE SKIP LOCKED),
+    gone AS (DELETE FROM @schema@.streams AS s USING dead WHERE s.ctid OPERATOR(pg_catalog.=) dead.ctid RETURNING 1)
+    SELECT pg_catalog.count(*) FROM gone
+$fn$;
+COMMENT ON FUNCTION @schema@.stream_forget(bigint) IS
+    'Internal (sabre_stream_drop): remove the registry rows of a stream whose state relation is gone';
+REVOKE ALL ON FUNCTION @schema@.stream_forget(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @schema@.stream_forget(bigint) TO PUBLIC;
+
+-- Moves the streams of the 0.2 layout into relations their owners own (sabre_stream_create's
+-- layout), copying only the rows each stream's owner wrote; then the old tables go.
+CREATE OR REPLACE FUNCTION @schema@.stream_migrate()
+RETURNS integer
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy import stream
+return stream.migrate(plpy)
+$fn$;
+DO $mig$
+BEGIN
+    IF pg_catalog.to_regclass('@schema@.streams_0_2') IS NOT NULL THEN
+        ALTER TABLE @schema@.stream_advances ADD COLUMN IF NOT EXISTS phases jsonb;   -- tables of earlier installs
+        PERFORM @schema@.stream_migrate();
+        DROP TABLE @schema@.stream_advances, @schema@.stream_rows, @schema@.streams_0_2;
+        DROP SEQUENCE IF EXISTS @schema@.streams_stream_id_seq;
+    END IF;
+END
+$mig$;
+DROP FUNCTION @schema@.stream_migrate();    -- needed during an upgrade only
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_stream_create(
     name              text,

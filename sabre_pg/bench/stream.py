@@ -6,7 +6,7 @@ t = 0.35, k = 6) arrives in arrival order: the source table starts empty and rec
 census rows I at a time; after each batch ``sabre_stream_advance`` runs in its own transaction
 (the client's wall time of that call is the advance's time; inserting the batch is not
 counted).  Per stream: advances, seconds per advance (mean, median, max), the total, the
-server's seconds per phase (``sabre.stream_advances.phases``), AIL of the output
+server's seconds per phase (``<output>_log.phases``), AIL of the output
 (``sabre_utility`` against the whole census table, so every AIL shares one normalization).
 
 * **main**: ``rows`` rows with omega = 20,000 and I = 5,000, checked by
@@ -88,7 +88,7 @@ def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, sch
     qs = sql.Identifier(schema)
     if conn.execute(sql.SQL("SELECT 1 FROM {}.streams WHERE name = %s").format(qs), (NAME,)).fetchone():
         conn.execute(sql.SQL("SELECT {}.sabre_stream_drop(%s, purge => true)").format(qs), (NAME,))
-    for name in (SOURCE, SOURCE + "_sabre_w", SOURCE + "_sabre_w_classes", SOURCE + "_sabre_w_keys"):
+    for name in (SOURCE,) + tuple(SOURCE + "_sabre_w" + x for x in ("", "_classes", "_keys", "_state", "_rows", "_log")):
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
     conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(sql.Identifier(SOURCE),
                                                                           sql.Identifier(table)))
@@ -119,8 +119,8 @@ def run_stream(conn, table: str, hierarchies: dict, rows: int, omega: int, step:
             per.extend(got)
         tick()
     phases = conn.execute(sql.SQL(
-        "SELECT p.key, avg(p.value::float8) FROM {}.stream_advances a JOIN {}.streams s USING (stream_id), "
-        "jsonb_each_text(a.phases) p WHERE s.name = %s GROUP BY 1").format(qs, qs), (NAME,)).fetchall()
+        "SELECT p.key, avg(p.value::float8) FROM {} a, jsonb_each_text(a.phases) p GROUP BY 1").format(
+        sql.Identifier(SOURCE + "_sabre_w_log"))).fetchall()
     out = summarize(per, calls)
     out.update(rows=rows, window_size=omega, step=step, phases={k: round(v, 4) for k, v in sorted(phases)},
                ail=utility_ail(conn, SOURCE + "_sabre_w", table, hierarchies, schema) if out["published"] else None)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import limits
+
 
 class HierarchyError(ValueError):
     """A malformed hierarchy; the message names the offending row (1-based)."""
@@ -30,6 +32,17 @@ def parse_arx(text: str, delimiter: str = ";") -> list[list[str]]:
             continue
         rows.append(line.split(delimiter))
     return rows
+
+
+def check_size(leaves: int, height: int, cells: int, text_bytes: int = 0) -> None:
+    """A hierarchy a caller supplies (ARX text, or rows in the catalog) within the caps of
+    :mod:`limits`: leaves, height, labels (leaves x levels) and text; raises
+    :class:`limits.LimitExceeded`.  (Flat hierarchies built from a column's own values are
+    bounded by the table, not by these caps.)"""
+    limits.check("hierarchy text (bytes)", text_bytes, limits.HIERARCHY_TEXT_BYTES)
+    limits.check("hierarchy leaves (rows)", leaves, limits.HIERARCHY_LEAVES)
+    limits.check("hierarchy height (levels above the leaves)", height, limits.HIERARCHY_HEIGHT)
+    limits.check("hierarchy labels (leaves x levels)", cells, limits.HIERARCHY_CELLS)
 
 
 FLAT_ROOT = "*"

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import limits
 from .checkpoint import checked, checkpoint
 
 SD_CUT = 5.0                   # sums over mean +- SD_CUT sigma
@@ -59,17 +60,17 @@ CHUNK = 1 << 21                # matrix cells per chunk of the windowed sums
 # counts; 7 census QIs make 7,056, Adult's 6 a few hundred), and a node of more than
 # MAX_NODE_BUCKETS buckets is pruned unevaluated like one of more than BUCKETS_PER_ROW x N
 # (each costs arrays of that many cells).
-MAX_LATTICE_NODES = 100_000
-MAX_NODE_BUCKETS = 1 << 24
+MAX_LATTICE_NODES = limits.INSTANT_LATTICE_NODES
+MAX_NODE_BUCKETS = limits.INSTANT_NODE_BUCKETS
 
 
-class LatticeTooLarge(ValueError):
+class LatticeTooLarge(limits.LimitExceeded):
     """The lattice of the QIs' levels has more than :data:`MAX_LATTICE_NODES` nodes."""
 
     def __init__(self, names, levels, nodes: int, cap: int):
         self.names, self.levels, self.nodes, self.cap = tuple(names), tuple(levels), nodes, cap
-        super().__init__("the generalization lattice has %d nodes (levels per quasi-identifier: %s), more than "
-                         "the %d allowed" % (nodes, ", ".join("%s %d" % x for x in zip(self.names, self.levels)), cap))
+        super().__init__(limits.over("nodes of the generalization lattice (levels per quasi-identifier: %s)" % ", ".join(
+            "%s %d" % x for x in zip(self.names, self.levels)), nodes, cap))
 
 
 def lattice_size(heights) -> int:

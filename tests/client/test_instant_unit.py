@@ -21,7 +21,7 @@ def make(l=None):
     qis = (request.Attr("age", INT, "numerical"), request.Attr("c", TEXT, "categorical", "c_h"))
     sa = request.Attr("sa", TEXT, "categorical") if l else None
     opts = request.parse_options({}, {"age": INT, "c": TEXT}, qis)
-    req = instant.InstantRequest({"qname": "public.t", "oid": 1}, {}, qis, sa, 5, l, 0.0, 0.5, "probability", 4,
+    req = instant.InstantRequest({"qname": "public.t", "read": "public.t", "oid": 1}, {}, qis, sa, 5, l, 0.0, 0.5, "probability", 4,
                                  "marginals", False, False, "instant", opts, request.Output("public", "t_instant"), {})
     levels = (interval_levels("age", np.arange(20, 60), np.ones(40), True),
               hierarchy_levels("c", h, np.ones(4)))

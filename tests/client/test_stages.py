@@ -26,7 +26,7 @@ def request(qis, sa, keep=(), given=None, nulls="error"):
     """A Request built from (name, col, kind) triples, as request.build would."""
     attrs = [R.Attr(n, c, k) for n, c, k in qis]
     opts = R.Options("sweep", nulls, 1, True, 4, tuple(keep), None, False, "5s", "swap", given or {})
-    source = {"oid": 42, "nspname": "public", "relname": "t", "relkind": "r", "qname": '"public"."t"'}
+    source = {"oid": 42, "nspname": "public", "relname": "t", "relkind": "r", "qname": '"public"."t"', "read": '"public"."t"'}
     return R.Request(source, {}, tuple(attrs), R.Attr(*sa), R.Key("id", INT8, True), 0.3, 5, "ak", opts,
                      R.Output("public", "t_sabre"))
 

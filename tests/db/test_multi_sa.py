@@ -94,6 +94,28 @@ def test_two_sas_each_with_its_own_t(pg_conn, patients):
     assert (run["sensitive"], run["t"]) == ("salary", 0.2)
 
 
+def test_refresh_of_a_several_sa_run_reruns_every_sa_with_its_own_t(pg_conn, patients):
+    """sabre_refresh of an array-form run reruns the array form: every SA, each with its t."""
+    sas, ts = ["salary", "hours", "marital"], [0.25, 0.2, 0.35]
+    opts = {"hierarchies": {"marital": patients["marital"]}}
+    first = anonymize(pg_conn, sas, ts, options=opts, qis=["age", "sex", "education"])
+    again = pg_conn.execute("SELECT run_id, rows, classes, min_class_size, max_emd FROM sabre_refresh("
+                            "'public.patients_sabre')").fetchone()
+    assert again[0] > first["run_id"] and again[1] == ROWS and again[3] >= 5
+    run = run_row(pg_conn, again[0])
+    assert run["sensitive_attributes"] == sas and run["t_values"] == ts
+    assert run["quasi_identifiers"] == ["age", "sex", "education"] and run["method"] == first_method(pg_conn, first)
+    assert again[4] == pytest.approx(run["max_emds"][0])
+    v = verify(pg_conn, "public.patients_sabre", sas, ts, 5, [None, None, patients["marital"]])
+    assert v[1] == 0 and v[0] == again[2]
+    classes = [c for c, _ in columns(pg_conn, sql.Identifier("public", "patients_sabre_classes"))]
+    assert classes[:5] == ["ec_id", "size", "emd_salary", "emd_hours", "emd_marital"]
+
+
+def first_method(conn, res) -> str:
+    return run_row(conn, res["run_id"])["method"]
+
+
 def test_one_sa_in_the_array_form_keeps_emd(pg_conn, patients):
     res = anonymize(pg_conn, ["salary"], [0.2])
     assert len(res["max_emd"]) == 1

@@ -34,19 +34,18 @@ def chain_hierarchy(conn, name: str, height: int):
 
 @pytest.fixture
 def lattice_table(pg_conn):
-    """public.lat: three text QIs over the leaves v0..v11, 12,000 rows, analyzed."""
+    """public.lat: four text QIs over the leaves v0..v11, 12,000 rows, analyzed."""
     pg_conn.execute("CREATE TABLE lat AS SELECT i AS id, 'v' || (i %% %d) AS a, 'v' || ((i / %d) %% %d) AS b, "
-                    "'v' || ((i / %d) %% %d) AS c FROM generate_series(0, 11999) AS i"
-                    % (LEAVES, LEAVES, LEAVES, LEAVES * LEAVES, LEAVES))
+                    "'v' || ((i / %d) %% %d) AS c, 'v' || ((i * 7) %% %d) AS d FROM generate_series(0, 11999) AS i"
+                    % (LEAVES, LEAVES, LEAVES, LEAVES * LEAVES, LEAVES, LEAVES))
     pg_conn.execute("ANALYZE lat")
     return "lat"
 
 
 def instant_call(conn, hierarchy: str, output: str = "lat_instant"):
     return conn.execute(
-        "SELECT * FROM sabre_instant(source => 'lat', quasi_identifiers => ARRAY['a', 'b', 'c'], k => 5, "
-        "output => %s, options => %s::jsonb)",
-        (output, json.dumps({"hierarchies": {"a": hierarchy, "b": hierarchy, "c": hierarchy}})))
+        "SELECT * FROM sabre_instant(source => 'lat', quasi_identifiers => ARRAY['a', 'b', 'c', 'd'], k => 5, "
+        "output => %s, options => %s::jsonb)", (output, json.dumps({"hierarchies": {q: hierarchy for q in "abcd"}})))
 
 
 def cancelled_within(conn, call, bound: float = BOUND, timeout: str = "1s") -> float:
@@ -67,28 +66,28 @@ def cancelled_within(conn, call, bound: float = BOUND, timeout: str = "1s") -> f
 # ------------------------------------------------------------------ the lattice (sabre_instant)
 
 def test_largest_lattice_under_the_cap_ends_at_statement_timeout(pg_conn, lattice_table):
-    # 3 QIs of 46 levels: 97,336 nodes, just under the cap, every one passing (the walk
-    # evaluates them all: many seconds)
-    chain_hierarchy(pg_conn, "lat_h45", 45)
-    cancelled_within(pg_conn, lambda c: instant_call(c, "lat_h45"))
+    # 4 QIs of 17 levels (the hierarchy cap allows 33): 83,521 nodes, under the cap, most
+    # of them passing (the walk evaluates them: many seconds)
+    chain_hierarchy(pg_conn, "lat_h16", 16)
+    cancelled_within(pg_conn, lambda c: instant_call(c, "lat_h16"))
     assert pg_conn.execute("SELECT to_regclass('public.lat_instant')").fetchone() == (None,)
 
 
 def test_lattice_over_the_cap_is_refused_before_it_is_made(pg_conn, lattice_table):
-    # 47 levels on 3 QIs: 103,823 nodes; refused at once (on 0.2.0 it was walked: the
+    # 18 levels on 4 QIs: 104,976 nodes; refused at once (on 0.2.0 it was walked: the
     # statement_timeout, far above the time a refusal takes, ends it instead)
-    chain_hierarchy(pg_conn, "lat_h46", 46)
+    chain_hierarchy(pg_conn, "lat_h17", 17)
     pg_conn.execute("SET statement_timeout = '20s'")
     started = time.monotonic()
-    e = expect_error(pg_conn, lambda c: instant_call(c, "lat_h46"), "54000", "lattice", "103823 nodes",
-                     "100000", source="lat")
+    e = expect_error(pg_conn, lambda c: instant_call(c, "lat_h17"), "54000", "lattice", "104,976",
+                     "100,000", source="lat")
     assert time.monotonic() - started < 10
     assert "coarser hierarchies" in e.diag.message_hint and "fewer quasi-identifiers" in e.diag.message_hint
     pg_conn.execute("RESET statement_timeout")
 
 
 def test_pg_cancel_backend_ends_a_running_lattice_walk(pg_conn, pg_connect, lattice_table):
-    chain_hierarchy(pg_conn, "lat_h40", 40)
+    chain_hierarchy(pg_conn, "lat_h15", 15)
     victim = pg_connect()
     pid = victim.info.backend_pid
     got = {}
@@ -111,7 +110,7 @@ def test_pg_cancel_backend_ends_a_running_lattice_walk(pg_conn, pg_connect, latt
     thread.start()
     try:
         with pytest.raises(psycopg.Error) as ei:
-            instant_call(victim, "lat_h40")
+            instant_call(victim, "lat_h15")
         ended = time.monotonic()
     finally:
         got["done"] = True

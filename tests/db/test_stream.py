@@ -108,7 +108,7 @@ def test_contract_columns_and_exactly_once_across_calls(pg_conn):
     assert scalar(pg_conn, "SELECT count(DISTINCT row_no) FROM admissions_sabre_w_keys WHERE row_no <= 700") == 700
     assert scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w") == \
         scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_keys")
-    logged = scalar(pg_conn, "SELECT count(*) FROM sabre.stream_advances")
+    logged = scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_log")
     assert logged == 7
 
 
@@ -146,7 +146,7 @@ def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect, stop,
     create(pg_conn)
     assert len(advance(pg_conn, max_advances=1)) == 1
     before = (status(pg_conn), scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w"),
-              scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM sabre.streams"))
+              scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM admissions_sabre_w_state"))
     blocker = pg_connect(autocommit=False)
     blocker.execute("LOCK TABLE admissions_sabre_w IN ACCESS EXCLUSIVE MODE")
     worker = pg_connect()
@@ -170,7 +170,7 @@ def test_cancel_mid_advance_leaves_the_previous_state(pg_conn, pg_connect, stop,
     blocker.rollback()
     assert len(errors) == 1 and errors[0].sqlstate == sqlstate, errors
     after = (status(pg_conn), scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w"),
-             scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM sabre.streams"))
+             scalar(pg_conn, "SELECT ahead::text || sg_rows::text FROM admissions_sabre_w_state"))
     assert after[1:] == before[1:] and after[0]["advances"] == before[0]["advances"] == 1
     assert after[0]["numbered"] == before[0]["numbered"]
     assert [r["advance_no"] for r in advance(pg_conn)] == [2, 3]
@@ -228,7 +228,7 @@ def test_verify_reports_updates_deletes_and_late_rows(pg_conn):
     pg_conn.execute("INSERT INTO claims VALUES (1001, timestamptz '2026-01-01' + interval '450 minutes', 30, 1, 5), "
                     "(1002, timestamptz '2026-01-01' + interval '10 minutes', 30, 1, 5)")
     assert advance(pg_conn, "claims_w") == [] and status(pg_conn, "claims_w")["numbered"] == 601
-    assert scalar(pg_conn, "SELECT row_no FROM sabre.stream_rows WHERE key = '1001'") == 601
+    assert scalar(pg_conn, "SELECT row_no FROM claims_sabre_w_rows WHERE key = '1001'") == 601
     v = verify(pg_conn, "claims_w")
     assert v["late"] == 1 and v["violations"] == 0
     published = pg_conn.execute("SELECT key FROM claims_sabre_w_keys ORDER BY row_no LIMIT 2").fetchall()
@@ -255,8 +255,7 @@ def test_numbering_new_late_and_moved_rows(pg_conn):
                     "FROM generate_series(301, 398) g")
     pg_conn.execute("UPDATE events SET seq = 9999 WHERE id = 50")  # published in W1, moved past the horizon
     assert advance(pg_conn, "ev_w") == []
-    rows = dict(pg_conn.execute("SELECT r.key, r.row_no FROM sabre.stream_rows r JOIN sabre.streams s USING (stream_id) "
-                                "WHERE s.name = 'ev_w'").fetchall())
+    rows = dict(pg_conn.execute("SELECT r.key, r.row_no FROM events_sabre_w_rows r").fetchall())
     assert len(rows) == 399 and rows["50"] == 50 and rows["1001"] == 301 and "1002" not in rows
     assert [rows[str(i)] for i in (301, 302, 398)] == [302, 303, 399]
     pg_conn.execute("INSERT INTO events VALUES (399, 3990, 40, 2, 7)")
@@ -272,7 +271,7 @@ def test_row_deleted_after_entering_the_window_is_not_published(pg_conn):
     make_source(pg_conn, 700)
     create(pg_conn, window_size=400, step=100, k=4, t=0.15)
     assert len(advance(pg_conn)) == 3                      # W3 = 201..600 held by this session
-    victim = pg_conn.execute("SELECT r.key FROM sabre.stream_rows r WHERE r.row_no BETWEEN 301 AND 400 AND NOT "
+    victim = pg_conn.execute("SELECT r.key FROM admissions_sabre_w_rows r WHERE r.row_no BETWEEN 301 AND 400 AND NOT "
                              "EXISTS (SELECT FROM admissions_sabre_w_keys k WHERE k.row_no = r.row_no)").fetchone()
     assert victim is not None                              # rows 301..400 expire at advance 4
     victim = victim[0]
@@ -331,7 +330,9 @@ def test_state_and_keys_are_owner_only(pg_conn, pg_connect):
     make_source(pg_conn, 50)
     create(pg_conn)                                          # the superuser's stream
     assert [r[0] for r in analyst.execute("SELECT name FROM sabre.streams").fetchall()] == ["mine"]
-    assert scalar(analyst, "SELECT count(DISTINCT stream_id) FROM sabre.stream_rows") == 1
+    for suffix in ("_state", "_rows", "_log", "_keys"):                  # the superuser's state
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            analyst.execute("SELECT 1 FROM public.admissions_sabre_w%s" % suffix)
     with pytest.raises(psycopg.Error) as ei:
         advance(analyst, "adm_w")
     assert ei.value.sqlstate == "42704"
@@ -343,9 +344,11 @@ def test_state_and_keys_are_owner_only(pg_conn, pg_connect):
     pg_conn.execute("CREATE ROLE stream_other LOGIN")
     pg_conn.execute("GRANT USAGE ON SCHEMA sabre TO stream_other")
     other = pg_connect(user="stream_other")
-    assert other.execute("UPDATE sabre.stream_rows SET key = 'x'").rowcount == 0
-    assert other.execute("UPDATE sabre.streams SET ahead = '{}'").rowcount == 0
-    assert other.execute("DELETE FROM sabre.streams").rowcount == 0
+    for statement in ("UPDATE public.visits_sabre_w_rows SET key = 'x'", "UPDATE public.visits_sabre_w_state "
+                      "SET ahead = '{}'", "DELETE FROM sabre.streams", "UPDATE sabre.streams SET t = 1"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            other.execute(statement)
+    assert scalar(other, "SELECT count(*) FROM sabre.streams") == 0
 
 
 def test_drop_keeps_or_purges_the_output(pg_conn):
@@ -354,7 +357,8 @@ def test_drop_keeps_or_purges_the_output(pg_conn):
     advance(pg_conn)
     assert scalar(pg_conn, "SELECT sabre_stream_drop('adm_w')")
     assert scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w") > 0
-    assert scalar(pg_conn, "SELECT count(*) FROM sabre.stream_rows") == 0
+    assert scalar(pg_conn, "SELECT count(*) FROM sabre.streams") == 0
+    assert scalar(pg_conn, "SELECT to_regclass('admissions_sabre_w_rows')") is None
     create(pg_conn, name="again", output="again_w")
     pg_conn.execute("CREATE VIEW again_v AS SELECT * FROM again_w")
     expect_error(pg_conn, lambda c: c.execute("SELECT sabre_stream_drop('again', purge => true)"), "2BP01",
@@ -386,7 +390,7 @@ def test_pg_cron_job_advances_the_stream(sabre_cluster):
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")
         conn.execute("SET search_path = public, sabre")
         conn.execute("DROP TABLE IF EXISTS admissions, admissions_sabre_w, admissions_sabre_w_classes, "
-                     "admissions_sabre_w_keys")
+                     "admissions_sabre_w_keys, admissions_sabre_w_state, admissions_sabre_w_rows, admissions_sabre_w_log")
         conn.execute("DELETE FROM sabre.streams")
         make_source(conn, 600)
         create(conn)
