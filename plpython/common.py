@@ -217,8 +217,8 @@ class settings:
             try:
                 with self.plpy.subtransaction():
                     self._set(name, value)
-            except self.plpy.SPIError:
-                pass
+            except self.plpy.SPIError as e:
+                E.reraise_canceled(e)   # an optional setting may fail, a cancel must not be lost
         return self
 
     def __exit__(self, *exc):

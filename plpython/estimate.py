@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sabre_pg.core import limits
+from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.parameters import check_k
@@ -192,6 +193,7 @@ def categorical_counts(stats: ColumnStatistics, rows: int, hierarchy: Hierarchy 
     if hierarchy is None:
         unseen, i = [], 0
         while len(unseen) < stats.others():
+            checkpoint()
             i += 1
             if OTHER_VALUE % i not in freqs:
                 unseen.append(OTHER_VALUE % i)

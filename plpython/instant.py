@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sabre_pg.core import instant as I
+from sabre_pg.core.checkpoint import checked
 from sabre_pg.core.metrics import discernibility
 
 from . import common as C
@@ -200,6 +201,7 @@ def prepare(plpy, req: InstantRequest) -> Prepared:
             "and ANALYZE it." % (", ".join(C.ident(a.name) for a in req.qis), req.source["qname"]))
     extra = {} if joint is None else {a.name: joint[0][:, i] for i, a in enumerate(req.qis)}
     levels = tuple(qi_levels(a, stats[a.name], hierarchies.get(a.name), extra.get(a.name)) for a in req.qis)
+    check_lattice(levels)
     summary = I.Summary(levels)
     if joint is not None:
         cells = np.stack([cell_index(q, joint[0][:, i]) for i, q in enumerate(levels)], axis=1)
@@ -215,6 +217,18 @@ def prepare(plpy, req: InstantRequest) -> Prepared:
         "" if made is None else " + expression statistics at levels %s, MCV list of %d combinations (%.1f%% of "
         "rows)" % (list(made.level), len(made.freqs), 100 * made.facts["share"]), rows)
     return Prepared(summary, hierarchies, rows, sa_probs, described, made.facts if made is not None else None)
+
+
+def check_lattice(levels) -> int:
+    """The lattice's node count; above ``core.instant.MAX_LATTICE_NODES`` an error (54000)
+    before any node is made or any row read."""
+    try:
+        return I.check_lattice(levels)
+    except I.LatticeTooLarge as e:
+        raise E.program_limit_exceeded(
+            str(e), "Use coarser hierarchies (fewer levels: a level that merges few values adds nodes but little "
+            "choice), fewer quasi-identifiers, or one hierarchy for a numerical quasi-identifier; the lattice "
+            "has one node per combination of levels (docs/instant.md, \"Bounds\").")
 
 
 def qi_levels(a, stats: S.ColumnStatistics, hierarchy, extra_values) -> I.QILevels:
@@ -530,7 +544,7 @@ def batches(candidates, validator: Validator, failed: list):
     columns fit one GROUPING()."""
     group, columns = [], set()
     levels = validator.gen.levels
-    for v in candidates:
+    for v in checked(candidates):
         if any(I.below(v, f) for f in failed):
             continue
         mine = {(i, j) for i, j in enumerate(v) if j < levels[i].top}

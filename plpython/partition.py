@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from sabre_pg.core import limits
+from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.exact_emd import domain_class_emds
 from sabre_pg.core.mondrian import against_table
 from sabre_pg.core.stopwatch import Stopwatch
@@ -134,6 +135,7 @@ def _grow(ctx, leaves: list, n: int, lookahead: int = 0) -> list:
     among them, the result's largest leaf is never above the plain split's."""
     leaves = [replace(leaf) for leaf in leaves]        # ``final`` is set on these copies only
     while len(leaves) < n:
+        checkpoint()
         open_ = [leaf for leaf in leaves if not leaf.final]
         if not open_:
             break
@@ -267,6 +269,7 @@ def _cuts(ctx, leaf, limit: int) -> list:
     order = np.lexsort((-width, -smaller))             # the most balanced first, then the widest QI
     out = []
     for start in range(0, len(order), EDGE_BATCH):
+        checkpoint()
         batch = order[start:start + EDGE_BATCH]
         emds = _cut_emds(ctx.summary, leaf.counts, below[batch])
         for j in np.flatnonzero(emds.max(axis=1) <= ctx.req.t * PART_SHARE)[:limit - len(out)]:

@@ -59,7 +59,8 @@ def unschedule_job(plpy, job) -> bool:
         with plpy.subtransaction():
             plpy.execute(plpy.prepare("SELECT %s.unschedule($1::bigint)" % schema, ["int8"]), [job])
         return True
-    except plpy.SPIError:
+    except plpy.SPIError as e:
+        E.reraise_canceled(e)
         return False
 
 

@@ -39,6 +39,7 @@ from decimal import Decimal
 import numpy as np
 
 from sabre_pg.core import window as W
+from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.exact_emd import ClassEMDs
 from sabre_pg.core.hierarchy import Hierarchy
@@ -780,6 +781,7 @@ def window_emds(plpy, s, req):
         hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
     ids, sizes, nums, dens, emd = [], [], [], [], []
     for r in rows:
+        checkpoint()
         ec = np.asarray(r["ec"], dtype=np.int64)
         codes, domain = verify_codes(r["sa"], req, hierarchy)
         exact = W.class_emds(codes, ec, domain)

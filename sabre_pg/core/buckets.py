@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checkpoint import checkpoint
 from .emd import SADomain
 from .parameters import check_t
 
@@ -182,6 +183,7 @@ def _greedy(root: Bucket, candidate, t: float, dom: SADomain, q: np.ndarray, loo
     trace: list[Split] = []
     out: list[Bucketization] = []
     while True:
+        checkpoint()
         if U < t + NEAR:
             U = math.fsum(b.bound for b in live.values())
         if U < t:
@@ -225,6 +227,7 @@ def bucket_cat(q, hierarchy, t: float, lookahead: int = 0):
     mass = np.concatenate(([0.0], np.cumsum(q)))
     kids_of: dict[int, list[int]] = {}
     for nid in range(h.n_nodes):
+        checkpoint()
         p = int(h.parent[nid])
         if p >= 0:
             kids_of.setdefault(p, []).append(nid)

@@ -51,6 +51,7 @@ import weakref
 
 import numpy as np
 
+from .checkpoint import checkpoint
 from .mondrian import Partitioner, _stratified_cut, against_table, integer_offsets
 
 __all__ = ["cut_search", "QUANTILES", "SEARCH"]
@@ -104,6 +105,7 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     orders = list(pmap(lambda j: p.value_order(j, part), range(p.columns.shape[1])))
     rounds = 0
     while not final.all() and (max_rounds is None or rounds < max_rounds):
+        checkpoint()
         part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
                                                            emd_weight, setting, pmap)
         rounds += 1
@@ -162,6 +164,7 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     c = chosen[ids]
     right = np.zeros(len(part), dtype=np.uint8)      # a row of a cut partition goes right
     for s in sorted_parts:
+        checkpoint()
         mine = cand["dim"][c] == s.j
         if mine.any():
             r, side = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
@@ -504,6 +507,7 @@ def _check_best_first(p, orders, cand, n_parts, emd_weight, pmap=map) -> np.ndar
     done = np.zeros(n_parts, dtype=bool)
     lo, width = 0, (len(order) if emd_weight else FIRST_BATCH)
     while lo <= rank.max() if len(rank) else False:
+        checkpoint()
         pick = order[(rank >= lo) & (rank < lo + width) & ~done[owner]]
         if not len(pick):
             break
@@ -631,6 +635,7 @@ def _grouped(labels, codes, m):
     per = max(GROUP_CELLS // m, 1)
     found = []
     for first in range(0, n_groups, per):
+        checkpoint()
         a, b = np.searchsorted(labels, (first, first + per))
         hist = np.bincount((labels[a:b] - first) * m + codes[a:b], minlength=min(per, n_groups - first) * m)
         key = np.flatnonzero(hist)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checkpoint import checkpoint
 from .hierarchy import Hierarchy
 
 
@@ -159,6 +160,7 @@ def class_emds(ec: np.ndarray, codes: np.ndarray, domain: SADomain,
     ec_s, codes_s = ec[order], codes[order]
     bounds = np.searchsorted(ec_s, np.arange(0, n_classes + step, step))
     for c0 in range(0, n_classes, step):
+        checkpoint()
         c1 = min(n_classes, c0 + step)
         a, b = bounds[c0 // step], bounds[c0 // step + 1]
         cnt = np.bincount((ec_s[a:b] - c0) * m + codes_s[a:b], minlength=(c1 - c0) * m)

@@ -40,6 +40,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .checkpoint import checkpoint
+
 INT64_SAFE = 1 << 62           # every intermediate value stays below this on the int64 path
 FLOAT_EXACT = 1 << 53          # integers below this convert to float64 exactly
 
@@ -88,6 +90,7 @@ class ClassEMDs:
         tie = np.flatnonzero(self.emd == float(ft)) if float(ft) == ft else np.arange(len(self.emd))
         num, den = ft.numerator, ft.denominator
         for i in tie:
+            checkpoint()
             out[i] = int(self.numerators[i]) * den > num * int(self.denominators[i])
         return out
 
@@ -206,6 +209,7 @@ def _rounded(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         small = (num < FLOAT_EXACT) & (den < FLOAT_EXACT)
         out[small] = num[small].astype(np.float64) / den[small].astype(np.float64)
     for i in np.flatnonzero(~small):
+        checkpoint()
         out[i] = int(num[i]) / int(den[i])      # Python's int division is correctly rounded
     return out
 
@@ -255,6 +259,7 @@ def tree_class_emds(ec, codes, counts, levels, height: int, kind: str = "hierarc
         raise ValueError("expected %d level maps (heights 0..%d), got %d" % (height, height - 1, len(levels)))
     m = len(levels[0]) if levels else 1
     for lv in levels:
+        checkpoint()
         if len(lv) != m or (m > 1 and np.any(np.diff(lv) < 0)):
             raise ValueError("every level map must have %d entries, non-decreasing in the leaf code" % m)
     g = group(ec, codes, counts, m)
@@ -269,6 +274,7 @@ def tree_class_emds(ec, codes, counts, levels, height: int, kind: str = "hierarc
     class_starts[g.starts] = True
     num = height * sizes * N            # nodes without tuples of the class: n Q(X), sum n N
     for lv in levels:
+        checkpoint()
         node = lv[g.codes]
         run = np.flatnonzero(class_starts | np.r_[True, node[1:] != node[:-1]])
         P = _exact_sum(counts, run)                                    # class tuples under X

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checkpoint import checkpoint
 from .emd import SADomain
 from .parameters import check_k, check_t
 from .redistribute import ECPlan, _residual_nw_cost, ec_count, ec_size, margin
@@ -193,6 +194,7 @@ def find_fragmentation(joint: JointCounts, domains, ts, lookahead: int = 0) -> l
     U = frags[0].bounds.copy()
     out, trace = [], []
     while True:
+        checkpoint()
         if satisfied(U, ts):
             out.append(Fragmentation(list(frags), domains, joint, list(trace)))
             if len(out) > lookahead:
@@ -296,6 +298,7 @@ def even_split_fits(counts, s: int, bound, k: int) -> bool:
     if int(np.sum(counts)) // s < k:
         return False
     for first in range(0, s, CHUNK):
+        checkpoint()
         if (bound(_distinct_rows(even_templates(counts, s, first, min(s, first + CHUNK)))) > 1.0 - margin(bound)).any():
             return False
     return True
@@ -319,6 +322,7 @@ def even_split_classes(counts, bound, k: int) -> int:
     n = int(counts.sum())
     lo, hi = 1, max(1, n // k)
     while lo < hi:
+        checkpoint()
         mid = (lo + hi + 1) // 2
         if even_split_fits(counts, mid, bound, k):
             lo = mid

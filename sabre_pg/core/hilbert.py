@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checkpoint import checkpoint
+
 MAX_KEY_BITS = 63
 MAX_DIMS = 16
 
@@ -114,6 +116,7 @@ def hilbert_index(coords, bits: int) -> np.ndarray:
     key = np.zeros(n, dtype=np.uint64)
     mask = dt((1 << chunk) - 1)
     for c0 in range(0, bits, chunk):
+        checkpoint()
         for i in range(d):
             part = lut[(X[i] >> dt(c0)) & mask] if c0 else lut[X[i] & mask]
             key |= part << np.uint64(c0 * d + (d - 1 - i))

@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import limits
+from .checkpoint import checked, checkpoint
+
 SD_CUT = 5.0                   # sums over mean +- SD_CUT sigma
 HYBRID_MIN_MEAN = 9.0          # Poisson(m) as normal when m - 3 sqrt(m) >= 0
 LIMIT_EPS = 1e-6               # LIMIT: the conditional l-diversity probability is final within this
@@ -52,6 +55,36 @@ LIMIT_MAX_SIZE = 1 << 14       # ... or at this class size
 EXACT_OCCUPANCY = 64           # class sizes with exact distinct-value probabilities
 BUCKETS_PER_ROW = 64           # a node with more buckets than this x N is pruned unevaluated
 CHUNK = 1 << 21                # matrix cells per chunk of the windowed sums
+# Bounds on the work a call can ask for (docs/instant.md, "Bounds"): the lattice is refused
+# beyond MAX_LATTICE_NODES nodes before any node is made (the product of the QIs' level
+# counts; 7 census QIs make 7,056, Adult's 6 a few hundred), and a node of more than
+# MAX_NODE_BUCKETS buckets is pruned unevaluated like one of more than BUCKETS_PER_ROW x N
+# (each costs arrays of that many cells).
+MAX_LATTICE_NODES = limits.INSTANT_LATTICE_NODES
+MAX_NODE_BUCKETS = limits.INSTANT_NODE_BUCKETS
+
+
+class LatticeTooLarge(limits.LimitExceeded):
+    """The lattice of the QIs' levels has more than :data:`MAX_LATTICE_NODES` nodes."""
+
+    def __init__(self, names, levels, nodes: int, cap: int):
+        self.names, self.levels, self.nodes, self.cap = tuple(names), tuple(levels), nodes, cap
+        super().__init__(limits.over("nodes of the generalization lattice (levels per quasi-identifier: %s)" % ", ".join(
+            "%s %d" % x for x in zip(self.names, self.levels)), nodes, cap))
+
+
+def lattice_size(heights) -> int:
+    """The lattice's node count, prod(h + 1), in exact integers."""
+    return math.prod(int(h) + 1 for h in heights)
+
+
+def check_lattice(qis, cap: int = MAX_LATTICE_NODES) -> int:
+    """The node count of the lattice of ``qis`` (:class:`QILevels`), or :class:`LatticeTooLarge`
+    when above ``cap`` -- checked before any node is made."""
+    nodes = lattice_size(q.top for q in qis)
+    if nodes > cap:
+        raise LatticeTooLarge([q.name for q in qis], [q.top + 1 for q in qis], nodes, cap)
+    return nodes
 
 
 # ------------------------------------------------------------------ levels of one QI
@@ -96,7 +129,7 @@ def hierarchy_levels(name: str, hierarchy, leaf_probs) -> QILevels:
     """The levels of a hierarchy (``core.hierarchy.Hierarchy``): cells are its leaves."""
     total = max(hierarchy.n_leaves - 1, 1)
     groups, lm = [], []
-    for j in range(hierarchy.height + 1):
+    for j in checked(range(hierarchy.height + 1)):
         nodes, inverse = np.unique(hierarchy.anc[:, j], return_inverse=True)
         groups.append(inverse.astype(np.int64))
         lm.append((hierarchy.leaf_count[nodes] - 1) / total)
@@ -134,7 +167,7 @@ def interval_levels(name: str, values, probs, integer: bool) -> QILevels:
     unit = 1.0 if integer else 0.0
     denominator = (high - low) or 1.0
     groups, lm = [np.arange(len(v), dtype=np.int64)], [np.zeros(len(v))]
-    for w in widths:
+    for w in checked(widths):
         bins = np.floor((v - origin) / w)
         used, inverse = np.unique(bins, return_inverse=True)
         start = np.maximum(origin + used * w, low)
@@ -280,7 +313,7 @@ def distinct_probability(sa_probs, l: int, sizes) -> np.ndarray:
     dist = np.zeros((len(x), l + 1))
     dist[:, 0] = 1.0
     xf = x.astype(np.float64)
-    for qj in q:
+    for qj in checked(q):
         seen = -np.expm1(xf * np.log1p(-qj)) if qj < 1 else (x >= 1).astype(np.float64)
         moved = dist * seen[:, None]
         dist = dist * (1 - seen)[:, None]
@@ -297,7 +330,7 @@ def _occupancy_exact(q, l: int, size: int) -> np.ndarray:
     logf = _log_factorials(size)
     f = np.zeros((l + 1, size + 1))
     f[0, 0] = 1.0
-    for qj in q:
+    for qj in checked(q):
         g = np.exp(c * math.log(qj) - logf)
         g[0] = 0.0
         moved = np.array([np.convolve(row, g)[:size + 1] for row in f])
@@ -320,6 +353,8 @@ class Condition:
         """The condition's success table up to the size where it settles."""
         if not l or l <= 1:
             return cls(k, None, (np.arange(k) == 0).astype(np.float64), 1.0)
+        if l > int(np.count_nonzero(np.asarray(sa_probs, dtype=np.float64) > 0)):
+            return cls(k, l, np.ones(1), 0.0)     # more distinct values than there are: no class passes
         size = max(k, 1)
         while True:
             xs = np.arange(2 * size)
@@ -381,6 +416,7 @@ def deficits(lam, cond: Condition, sd: float = SD_CUT, hybrid: bool = False, tri
     idx = idx[np.argsort(hi[idx] - lo[idx], kind="stable")]
     start = 0
     while start < len(idx):
+        checkpoint()
         width = int(hi[idx[start]] - lo[idx[start]] + 1)
         stop = start + 1
         while stop < len(idx) and (stop - start + 1) * max(width, hi[idx[stop]] - lo[idx[stop]] + 1) <= CHUNK:
@@ -484,8 +520,12 @@ class Phase1:
     lattice: int                   # nodes in the lattice
 
 
-def lattice_nodes(heights) -> list:
-    """Every node of the lattice, most general first (by level sum, descending)."""
+def lattice_nodes(heights, cap: int = MAX_LATTICE_NODES) -> list:
+    """Every node of the lattice, most general first (by level sum, descending); a lattice of
+    more than ``cap`` nodes is refused before any node is made (:class:`LatticeTooLarge`)."""
+    nodes = lattice_size(heights)
+    if nodes > cap:
+        raise LatticeTooLarge(["QI %d" % (a + 1) for a in range(len(heights))], [h + 1 for h in heights], nodes, cap)
     nodes = list(itertools.product(*[range(h + 1) for h in heights]))
     return sorted(nodes, key=lambda v: (-sum(v), tuple(-x for x in v)))
 
@@ -500,13 +540,14 @@ def walk(summary: Summary, n: int, cond: Condition, threshold: float, criterion:
     """Algorithm 1, lines 1-11: top-down over the lattice; a node whose parents all passed is
     evaluated, and passes when its mu-probability >= ``threshold`` (criterion 'probability') or
     its mu-expectation <= ``max_outliers`` rows ('expectation'); the rest is pruned (Thm 3.5)."""
+    check_lattice(summary.qis)
     heights = [q.top for q in summary.qis]
     passed, found, evaluated = set(), [], 0
-    for node in lattice_nodes(heights):
+    for node in checked(lattice_nodes(heights)):
         if any(p not in passed for p in parents(node, heights)):
             continue
         evaluated += 1
-        if summary.buckets(node) > max(BUCKETS_PER_ROW * n, 1 << 16):
+        if summary.buckets(node) > max(min(BUCKETS_PER_ROW * n, MAX_NODE_BUCKETS), 1 << 16):
             continue                   # hopeless (mostly near-empty buckets) and costly: pruned
         ell = summary.likelihoods(node)
         lm = summary.predicted_lm(node)

@@ -26,6 +26,10 @@ PARTS = 4096                              # options.partitions, and the parts sa
 WORKLOAD_MAX_CELLS = 64_000_000           # options.max_cells of the utility measures (default 8,000,000)
 WORKLOAD_MAX_BINS = 65_536                # options.max_bins of the utility measures (default 1,024)
 
+# ---- sabre_instant (issue 25, finding 5; docs/instant.md, "Bounds")
+INSTANT_LATTICE_NODES = 100_000           # nodes of the lattice (product of the QIs' level counts), checked before any is made
+INSTANT_NODE_BUCKETS = 1 << 24            # buckets of one lattice node evaluated (a node with more is pruned)
+
 # ---- run tokens (sql/10_catalog.sql: run_begin, run_record)
 RUN_TOKENS_PER_TRANSACTION = 100          # tokens outstanding in one transaction (a run uses one)
 RUN_TOKEN_TTL_SECONDS = 24 * 3600         # a token older than this is refused and deleted

@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 
+from .checkpoint import checkpoint
 from .emd import SADomain
 from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
@@ -73,6 +74,7 @@ class Partitioner:
             return [self.subset(rows) for rows in groups]
         group = np.zeros(len(self.codes), dtype=np.int64)       # 0: in no group
         for g, rows in enumerate(groups):
+            checkpoint()
             group[rows] = g + 1
         sizes = np.bincount(group, minlength=len(groups) + 1)
         starts = np.cumsum(sizes) - sizes
@@ -339,6 +341,7 @@ def split_all(p: Partitioner, part: np.ndarray, stratify: bool = False) -> np.nd
     known = np.zeros(n_parts, dtype=bool)        # spans[q] computed
     modes = 2 if stratify else 1
     while not final.all():
+        checkpoint()
         need = ~final & ~known
         if need.any():
             spans[need] = p.spans(np.where(need[part], part, -1), n_parts)[need]

@@ -28,6 +28,7 @@ import numpy as np
 from . import exact_emd as X
 from . import metrics
 from .buckets import Bucket, Bucketization
+from .checkpoint import checkpoint
 from .emd import SADomain
 from .fragments import Fragmentation, JointCounts, find_fragmentation, joint_counts, size_classes
 from .generalize import ECIndex
@@ -247,6 +248,7 @@ def close_classes(result: SabreResult, qis, codes, domains, ts, weights=None):
         rank[np.argsort(mean_key, kind="stable")] = np.arange(n_classes)
         ec, bad = rank[ec], bad[np.argsort(rank)]          # class ids in QI order
         while bad.any():
+            checkpoint()
             ec = merge_rounds(ec, bad, codes, domains, ts)
             bad, emds = violating(ec, codes, domains, ts)
         index = ECIndex(ec)
@@ -279,6 +281,7 @@ def merge_rounds(ec, bad, codes, domains, ts) -> np.ndarray:
     label = np.arange(n_classes)
     heads = np.arange(n_classes)          # the row of ``counts`` holding each class's counts
     while bad.any():
+        checkpoint()
         new_id = _unite(bad, lambda v, w: _ratio([c[heads[v]] + c[heads[w]] for c in counts], domains, tables, ts))
         starts = np.flatnonzero(np.r_[True, np.diff(new_id) > 0])
         joined = np.flatnonzero(np.diff(new_id) == 0) + 1          # classes united with the one before
@@ -326,6 +329,7 @@ def union_scores(ec, pairs, codes, domains, ts) -> np.ndarray:
         q = np.bincount(codes[:, i], minlength=d.m) / len(ec)
         step = max(1, CHUNK_CELLS // max(d.m, 1))
         for lo in range(0, len(pairs), step):
+            checkpoint()
             p = pairs[lo:lo + step]
             wanted = np.full(len(sizes), -1, dtype=np.int64)
             rows = np.zeros((len(p), d.m))

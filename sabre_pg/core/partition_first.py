@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checkpoint import checkpoint
 from .emd import SADomain
 from .exact_emd import domain_class_emds
 from .hilbert import hilbert_keys
@@ -52,6 +53,7 @@ def partition_first(qis, sa_codes, domain: SADomain, t: float, k: int, part_rows
     ec = np.empty(n, dtype=np.int64)
     next_id = 0
     for q, rows in enumerate(np.split(order, np.cumsum(sizes)[:-1])):
+        checkpoint()
         local = np.zeros(len(rows), dtype=np.int64)
         if budget[q] > 0 and len(rows) >= 2 * k:
             plan = plan_from_counts(np.bincount(codes[rows], minlength=domain.m), domain,

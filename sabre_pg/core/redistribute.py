@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .buckets import Bucketization
+from .checkpoint import checkpoint
 from .emd import hierarchical_emd
 from .hierarchy import Hierarchy
 from .parameters import check_k, check_t
@@ -218,12 +219,14 @@ def ec_count(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1) -> i
     level = counts[None, :]
     reached = {counts.tobytes()}
     while len(level):
+        checkpoint()
         parents, firsts, seconds, level = _expand(level, k, halves)
         if len(parents):
             e = bucket_emd(np.concatenate((firsts, seconds)))     # one call for the chunk
             e1, e2 = e[:len(parents)], e[len(parents):]
             ok = (e1 + U <= limit) & (e2 + U <= limit)
             for p, a, b, good in zip(parents, firsts, seconds, ok.tolist()):
+                checkpoint()
                 key = p.tobytes()
                 halves[key] = (a.tobytes(), b.tobytes()) if good else None
                 if good and key in reached:       # parents come level by level
@@ -256,6 +259,7 @@ def ec_counts(roots, k: int = 1) -> list:
     many = np.ones(len(roots))                    # float64: exact below 2^53 nodes
     leaves = np.zeros(len(roots))
     while len(vectors):
+        checkpoint()
         c1, c2 = dichotomize(vectors)
         ok = (c1.sum(axis=1) >= k) & (c2.sum(axis=1) >= k)
         tried = np.flatnonzero(ok)
@@ -348,6 +352,7 @@ class _RootBounds:
         other = np.flatnonzero(~self.numerical[root])
         groups: dict = {}
         for i in other.tolist():
+            checkpoint()
             groups.setdefault(bucketization_key(self.emds[root[i]].bucketization), []).append(i)
         for rows in groups.values():
             rows = np.asarray(rows)
@@ -377,9 +382,11 @@ def _expand(level: np.ndarray, k: int, halves: dict) -> tuple:
     parts: list = []
     total = 0
     while len(level) and total < SPECULATE:
+        checkpoint()
         c1, c2 = dichotomize(level)
         fits = (c2.sum(axis=1) >= k) & (c1.sum(axis=1) >= k)
         for v in level[~fits]:
+            checkpoint()
             halves[v.tobytes()] = None
         parts.append((level[fits], c1[fits], c2[fits]))
         total += int(fits.sum())
@@ -403,6 +410,7 @@ def max_classes(n: int, k: int = 1) -> int:
     level = {int(n): 1}                           # node size -> how many nodes have it
     leaves = 0
     while level:
+        checkpoint()
         below: dict = {}
         for size, many in level.items():
             if size // 2 >= k:
@@ -434,6 +442,7 @@ def ec_size(counts, bucket_emd: BucketEMD, U: float, t: float, k: int = 1,
     tree: dict = {}
     depth = 0
     while len(inv):
+        checkpoint()
         c1, c2, ok = _splits(uniq, bucket_emd, U, t, k)
         for i in range(len(uniq) if record_tree else 0):
             key = tuple(int(v) for v in uniq[i])

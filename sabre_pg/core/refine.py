@@ -26,11 +26,13 @@ passes never raise the AIL of what they start from.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .checkpoint import checkpoint, map_checked
 from .cut_search import cut_search, run_ranks
 from .generalize import ECIndex, stable_argsort
 from .emd import SADomain
@@ -105,13 +107,14 @@ def search_threads(p: Partitioner, part: np.ndarray, threads: int, rescue: bool,
         return run(p, part)
     with ThreadPoolExecutor(threads, initializer=_signals_to_caller) as pool:
         part = cut_search(p, part, max_rounds=int(np.ceil(np.log2(THREAD_PARTS * threads))),
-                          pmap=pool.map, **search)
+                          pmap=functools.partial(map_checked, pool), **search)
         # one task per partition, the largest first: a thread that is done takes the next
         by = ECIndex(part)
         groups = [by.order[by.starts[q]:by.starts[q] + by.sizes[q]] for q in np.argsort(-by.sizes, kind="stable")]
-        found = list(pool.map(lambda q: run(q, np.zeros(len(q.codes), dtype=np.int64)), p.subsets(groups)))
+        found = map_checked(pool, lambda q: run(q, np.zeros(len(q.codes), dtype=np.int64)), p.subsets(groups))
     ec, offset = np.empty(len(part), dtype=np.int64), 0
     for rows, f in zip(groups, found):
+        checkpoint()
         ec[rows] = f + offset
         offset += int(f.max()) + 1
     return ec
@@ -140,6 +143,7 @@ def merge_passes(p: Partitioner, ec: np.ndarray, passes: int, emd_weight: float 
     the same exact check.  Cost per pass: about one thorough search of the table.  ``within``
     (a partition id per row, e.g. given classes): a union never crosses its partitions."""
     for i in range(passes):
+        checkpoint()
         n_classes, n = int(ec.max()) + 1, len(ec)
         union = _unions(ec, within, n_classes, (i % 2) * (MERGE_GROUP // 2))
         new = cut_search(p, union[ec], emd_weight, "thorough")
@@ -167,6 +171,7 @@ def stratified_rescue(p: Partitioner, ec: np.ndarray, todo: np.ndarray | None = 
     if todo is None:
         todo = np.ones(int(ec.max()) + 1 if len(ec) else 0, dtype=bool)
     while todo.any():
+        checkpoint()
         ec, todo = rescue_round(p, ec, todo)
     return ec
 
@@ -216,6 +221,7 @@ def _best_halves(p: Partitioner, rows, owner, group, left_counts):
     spans, single = p.group_spans(rows, owner, n_q, single=True)
     first_single = np.where(single.any(axis=1), np.argmax(single, axis=1), -1)
     for j in range(len(p.qis)):
+        checkpoint()
         use = ~single[:, j] | (first_single == j)
         if not use.any():
             continue
@@ -311,6 +317,7 @@ def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: 
     for _ in range(BALANCE_STEPS):
         moved = np.zeros(len(counts), dtype=bool)
         for s in range(0, len(active), chunk):
+            checkpoint()
             a = active[s:s + chunk]
             cand = np.repeat(left[a, None, :], width, axis=1)     # partitions x flips x values
             i, j, v = np.arange(len(a))[:, None], np.arange(width), values[a]

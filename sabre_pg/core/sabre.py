@@ -13,6 +13,7 @@ import numpy as np
 
 from . import metrics
 from .buckets import Bucketization, bucketize
+from .checkpoint import checkpoint
 from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical, stable_argsort
 from .hierarchy import Hierarchy
@@ -224,6 +225,7 @@ def plan_from_counts(counts, domain: SADomain, t: float, k: int = 1,
     with stopwatch.phase("redistribute"):
         best = best_classes = None
         for candidate in candidates:
+            checkpoint()
             bucket_counts = candidate.counts(counts)
             if len(candidates) == 1:
                 best = candidate
@@ -296,6 +298,7 @@ class PlanCounter:
             if self.lookahead else [bucketize(distribution, t, self.domain)]
         best = best_classes = None
         for candidate in candidates:
+            checkpoint()
             if best is not None and self.bounds(candidate, t)[1] < LOOKAHEAD_GAIN * best_classes:
                 continue                          # cannot replace the current choice
             classes = self.classes(candidate, t)
@@ -329,12 +332,14 @@ def plan_counts(tables, ts, k: int = 1, lookahead: int = 4) -> list:
         n = int(counts.sum())
         cap = max_classes(n, check_k(k, n))
         for t, candidates in zip(ts, bucketizations(counts / n, ts, domain, lookahead)):
+            checkpoint()
             jobs.append([t, candidates, counts, cap, None, None])
     ground: dict = {}                             # one bucket EMD per bucketization and domain
     for i in range(lookahead + 1):
         due = [job for job in jobs if i < len(job[1]) and (job[4] is None or job[3] >= LOOKAHEAD_GAIN * job[5])]
         roots = []
         for t, candidates, counts, _, _, _ in due:
+            checkpoint()
             bz, bucket_counts = candidates[i], candidates[i].counts(counts)
             key = bucketization_key(bz)
             if key not in ground:
@@ -356,6 +361,7 @@ def bucketizations(q, ts, domain: SADomain, lookahead: int) -> list:
     summed afresh (``math.fsum``) in both, so the candidates are the same objects' equals."""
     extra = 8
     while True:
+        checkpoint()
         run = bucketize(q, max(ts), domain, lookahead=lookahead + extra)
         starts = [next((i for i, bz in enumerate(run) if bz.U < t), len(run)) for t in ts]
         if len(run) < lookahead + extra + 1 or max(starts) + lookahead < len(run):

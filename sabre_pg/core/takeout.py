@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checkpoint import checkpoint
+
 
 def _check(bucket: np.ndarray, templates: np.ndarray):
     n_buckets = templates.shape[1]
@@ -67,6 +69,7 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
     grouped = np.argsort(bucket_by_key, kind="stable")     # scan positions, bucket by bucket
     members = np.split(grouped, np.cumsum(np.bincount(bucket_by_key, minlength=n_buckets))[:-1])
     for b in range(n_buckets):
+        checkpoint()
         pos = members[b]                                      # scan positions of bucket b
         a = templates[:, b]
         last = taken[:, b] + a - 1                            # index of the covering push
@@ -79,6 +82,7 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
     seed = np.maximum.accumulate(seed)                        # ECs are formed in order
     # after the scan (seed = n) everything is pushed
     for b in range(n_buckets):
+        checkpoint()
         pos = members[b]
         ids = by_key[pos]
         cs = np.flatnonzero(templates[:, b] > 0)
@@ -100,6 +104,7 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
         idl = ids.tolist()
         stack, pushed, got = [], 0, []
         for u, n_a, u0 in zip(upto[dirty].tolist(), a[dirty].tolist(), before[dirty].tolist()):
+            checkpoint()
             if pushed < u0:            # clean ECs in between emptied the stack
                 pushed = u0
             if u > pushed:
@@ -266,6 +271,7 @@ def _seeded_takeout(bucket, templates, rng, make, take):
     bks = [make(by_bucket[bounds[b]:bounds[b + 1]], dead) for b in range(n_buckets)]
     ec = np.empty(len(bucket), dtype=np.int64)
     for c, row in enumerate(templates.tolist()):
+        checkpoint()
         nonempty = [b for b in range(n_buckets) if bks[b].n_alive]
         seed = bks[nonempty[int(rng.integers(len(nonempty)))]].random_alive(rng)
         for b, a in enumerate(row):

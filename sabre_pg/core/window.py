@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from . import exact_emd as X
+from .checkpoint import checkpoint
 from .emd import SADomain
 from .generalize import ECIndex
 from .parameters import check_k, check_t
@@ -318,5 +319,6 @@ class StreamRun:
 
     def run(self) -> list:
         while self.step_once() is not None:
+            checkpoint()
             pass
         return self.log

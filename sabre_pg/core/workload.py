@@ -53,6 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checkpoint import checkpoint
+
 DEFAULT_MAX_CELLS = 8_000_000
 DEFAULT_MAX_BINS = 1024
 KL_EPSILON = 1e-10
@@ -250,6 +252,7 @@ def _direct_counts(grid: Grid, axes, qlo, qhi, chunk_cells: int = 4_000_000):
     est = np.empty(n_queries)
     step = max(1, chunk_cells // max(len(pts), len(boxes), 1))
     for q0 in range(0, n_queries, step):
+        checkpoint()
         l, h = qlo[q0:q0 + step], qhi[q0:q0 + step]
         mask = np.ones((len(l), len(pts)), dtype=bool)
         for j in range(k + 1):
@@ -272,6 +275,7 @@ def query_counts(grid: Grid, workload: Workload, max_cells: int = DEFAULT_MAX_CE
     for j in range(workload.lam):
         keys |= np.int64(1) << workload.attrs[:, j]
     for key in np.unique(keys):
+        checkpoint()
         sel = np.flatnonzero(keys == key)
         axes = [int(a) for a in workload.attrs[sel[0]]]
         qlo, qhi = workload.lo[sel], workload.hi[sel]
@@ -324,6 +328,7 @@ def kl_divergence(grid: Grid, level: int = 2, max_cells: int = DEFAULT_MAX_CELLS
                          % (grid.d, level))
     per = {}
     for axes in itertools.combinations(range(grid.d), level):
+        checkpoint()
         cells = int(np.prod([grid.sizes[a] + 1 for a in axes])) * grid.sa_size
         if cells > max_cells:
             raise ValueError("the cuboid over axes %s has %d cells, more than max_cells = %d"
