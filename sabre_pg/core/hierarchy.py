@@ -15,6 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import limits
+from .checkpoint import checkpoint
+
+ROWS_PER_CHECKPOINT = 1024   # a cancel is noticed every this many rows of a long hierarchy
 
 
 class HierarchyError(ValueError):
@@ -26,7 +29,9 @@ def parse_arx(text: str, delimiter: str = ";") -> list[list[str]]:
     if not delimiter:
         raise HierarchyError("the delimiter must not be empty")
     rows = []
-    for line in text.splitlines():
+    for i, line in enumerate(text.splitlines()):
+        if not i % ROWS_PER_CHECKPOINT:
+            checkpoint()
         line = line.rstrip("\r")
         if line.strip() == "":
             continue
@@ -85,6 +90,8 @@ class Hierarchy:
         parent_of: dict[tuple[int, str], tuple[str, int]] = {}
         first: dict[tuple[int, str], int] = {}
         for i, r in enumerate(rows):
+            if not i % ROWS_PER_CHECKPOINT:
+                checkpoint()
             for j in range(width):
                 key = (j, r[j])
                 first.setdefault(key, i)
@@ -110,6 +117,8 @@ class Hierarchy:
         node_id: dict[tuple[int, str], int] = {}
         for j in range(height + 1):
             for p, r in enumerate(self.rows):
+                if not p % ROWS_PER_CHECKPOINT:
+                    checkpoint()
                 key = (j, r[j])
                 nid = node_id.get(key)
                 if nid is None:
@@ -142,6 +151,8 @@ class Hierarchy:
         root = rows[0][-1]
         seen_leaf: dict[str, int] = {}
         for i, r in enumerate(rows):
+            if not i % ROWS_PER_CHECKPOINT:
+                checkpoint()
             if len(r) != width:
                 raise HierarchyError(
                     "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"

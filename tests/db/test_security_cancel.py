@@ -153,3 +153,42 @@ def test_refine_on_a_large_table_ends_at_statement_timeout(pg_conn, options):
         "SELECT * FROM sabre_anonymize(source => 'bigr'::regclass, quasi_identifiers => ARRAY['age', 'zip', 'hours'], "
         "sensitive => 'pay', t => 0.1, k => 4, method => 'refine', options => %s::jsonb)", (json.dumps(options),)))
     assert pg_conn.execute("SELECT to_regclass('public.bigr_sabre')").fetchone() == (None,)
+
+
+# ------------------------------------------------------------------ the largest hierarchy
+
+def largest_hierarchy() -> str:
+    """A hierarchy at the caps of sabre_pg.core.limits: 100,000 leaves on 5 columns (500,000
+    labels, about 3.5 MB), each level grouping its children ten by ten."""
+    from sabre_pg.core import limits
+    n, height = limits.HIERARCHY_LEAVES, limits.HIERARCHY_CELLS // limits.HIERARCHY_LEAVES - 1
+    rows = ["leaf%06d;%s*" % (i, "".join("g%d_%d;" % (j, i // 10 ** j) for j in range(1, height)))
+            for i in range(n)]
+    text = "\n".join(rows) + "\n"
+    assert len(text.encode()) <= limits.HIERARCHY_TEXT_BYTES
+    return text
+
+
+def test_defining_and_using_the_largest_hierarchy_ends_at_statement_timeout(pg_conn):
+    text = largest_hierarchy()
+    # defining it: within the bound, finished or cancelled (on 0.2.0 its rows were cut from
+    # one array by slices, quadratic: minutes)
+    pg_conn.execute("SET statement_timeout = '1s'")
+    started = time.monotonic()
+    try:
+        pg_conn.execute("SELECT * FROM sabre_define_hierarchy('big_h', %s)", (text,))
+    except psycopg.Error as e:
+        assert e.sqlstate == "57014", (e.sqlstate, str(e))
+    assert time.monotonic() - started < BOUND
+    pg_conn.execute("RESET statement_timeout")
+    pg_conn.execute("SELECT * FROM sabre_define_hierarchy('big_h', %s)", (text,))
+    assert pg_conn.execute("SELECT leaves, height FROM sabre.hierarchies WHERE name = 'big_h'").fetchone() == (
+        100_000, 4)
+    # a run over it: loading and building the hierarchy alone takes seconds
+    pg_conn.execute("CREATE TABLE big (id int PRIMARY KEY, code text, age int, v int)")
+    pg_conn.execute("INSERT INTO big SELECT i, 'leaf' || lpad((i * 7919 % 100000)::text, 6, '0'), 20 + i % 50, "
+                    "i % 13 FROM generate_series(1, 200000) AS i")
+    cancelled_within(pg_conn, lambda c: c.execute(
+        "SELECT * FROM sabre_anonymize('public.big'::regclass, ARRAY['code', 'age'], 'v', 0.2, 5, "
+        "options => '{\"hierarchies\": {\"code\": \"big_h\"}}')"))
+    assert pg_conn.execute("SELECT to_regclass('public.big_sabre')").fetchone() == (None,)
