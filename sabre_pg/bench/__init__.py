@@ -40,25 +40,12 @@ PEER_OPTIONS = ("anonypyx %s: mondrian.Mondrian(df, <QIs>).partition([models.kAn
 
 
 def parse(extra) -> argparse.Namespace:
+    """The bench options (``sabre_pg.cli.add_bench_options``, the ones ``sabre-pg bench --help``
+    lists) from a list of arguments."""
+    from sabre_pg.cli import add_bench_options
+
     p = argparse.ArgumentParser(prog="sabre-pg bench", add_help=True)
-    p.add_argument("--quick", action="store_true", help="small n, few points (< 1 minute)")
-    p.add_argument("--rows", type=int, help="n of the default configuration")
-    p.add_argument("--queries", type=int, help="queries per workload (default 10000; quick 1000)")
-    p.add_argument("--sizes", help="comma-separated n values of the scalability sweep (e.g. 100000,500000,1000000)")
-    p.add_argument("--no-peer", action="store_true", help="skip the Mondrian peer")
-    p.add_argument("--seed", type=int, default=1, help="data and workload seed")
-    p.add_argument("--keep", action="store_true", help="keep the output tables")
-    p.add_argument("--instant", action="store_true",
-                   help="run the S-INSTANT experiment instead (sabre_instant vs the exhaustive optimum; "
-                        "--quick, --rows and --sizes apply)")
-    p.add_argument("--multi-sa", action="store_true",
-                   help="run the several-SA experiment instead (sabre_anonymize with two SAs against each SA "
-                        "alone and the reference Mondrian, census with hours and Adult when loaded; "
-                        "--quick and --rows apply)")
-    p.add_argument("--stream", action="store_true",
-                   help="the stream experiment instead (SABRE_W: main stream, tumbling baselines, Figs 15-16)")
-    p.add_argument("--full", action="store_true", help="with --stream: the issue's sizes (500k rows) instead of "
-                                                       "the reduced ones")
+    add_bench_options(p)
     return p.parse_args(extra)
 
 
@@ -134,7 +121,8 @@ def run_bench(conn, cfg: dict, out: Path, seed: int, keep: bool, use_peer: bool,
 def main(args) -> int:
     from sabre_pg.connect import connect
 
-    opts = parse(getattr(args, "extra", []) or [])
+    # the command line parsed them (sabre_pg.cli); a caller passing args.extra instead still works
+    opts = args if hasattr(args, "stream") else parse(getattr(args, "extra", []) or [])
     cfg = configuration(opts)
     use_peer = not opts.no_peer and peer.available()
     schema = getattr(args, "sabre_schema", "sabre") or "sabre"

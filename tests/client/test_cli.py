@@ -82,6 +82,42 @@ def test_unknown_options_rejected_except_pass_through(capsys):
     assert "--bogus" in capsys.readouterr().err
 
 
+BENCH_OPTIONS = ("--out", "--instant", "--multi-sa", "--stream", "--quick", "--full", "--rows", "--queries",
+                 "--sizes", "--no-peer", "--seed", "--keep")
+
+
+def test_bench_help_lists_every_bench_option_on_one_line(monkeypatch, capsys):
+    """``sabre-pg bench --help`` shows the experiments and their options, one line each at 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--help"])
+    assert exc.value.code == 0
+    lines = capsys.readouterr().out.split("options:", 1)[1].splitlines()
+    for option in BENCH_OPTIONS:
+        line = [x for x in lines if x.strip().startswith(option + " ")]
+        assert len(line) == 1, option
+        index = lines.index(line[0])
+        follows = lines[index + 1] if index + 1 < len(lines) else ""
+        assert not follows.startswith(" " * 10), "%s: its help takes more than one line" % option
+
+
+def test_bench_options_parsed_by_the_command_line(capsys):
+    """The command line parses the bench options itself (they are listed in --help); an unknown one
+    is refused, and the experiments exclude each other."""
+    from sabre_pg import bench
+    from sabre_pg.bench import stream
+
+    a = cli.build_parser().parse_args(["bench", "--stream", "--full", "--rows", "7", "--out", "o"])
+    assert bench.stream_configuration(a) == dict(stream.FULL, rows=7) and a.out == "o" and not a.quick
+    assert bench.parse(["--multi-sa", "--quick"]).multi_sa    # the module's own parser has the same options
+    for argv in (["bench", "--bogus"], ["bench", "--stream", "--instant"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--bogus" in err and "not allowed with argument" in err
+
+
 def test_missing_plugin_module_is_a_clear_error():
     with pytest.raises(SabreError, match="sabre_pg.no_such_plugin"):
         cli._plugin("no_such_plugin")
