@@ -204,12 +204,13 @@ class Run:
         return {"run": self.run_id, "output": self.output_name, "source": self.source,
                 "method": "SABRE-" + self.method.upper(), "t": self.t, "k": self.k, "rows": self.rows,
                 "classes": self.n_classes, "smallest class": self.min_class_size,
-                "max EMD": round(self.max_emd, 6), "AIL": _rounded(self.ail, 6), "seconds": round(self.seconds, 3)}
+                "max EMD": _significant(self.max_emd, 6), "AIL": _significant(self.ail, 6),
+                "seconds": _significant(self.seconds, 4)}
 
     def __repr__(self) -> str:
         return (f"<sabre_pg.Run {self.run_id}: {self.output_name}, {self.rows} rows in {self.n_classes} "
-                f"classes (smallest {self.min_class_size}), max EMD {self.max_emd:.4f} <= t {self.t:g}, "
-                f"k {self.k}, AIL {_rounded(self.ail, 4)}, {self.seconds:.2f} s>")
+                f"classes (smallest {self.min_class_size}), max EMD {_significant(self.max_emd, 4)} <= t {self.t:g}, "
+                f"k {self.k}, AIL {_significant(self.ail, 4)}, {_significant(self.seconds, 3)} s>")
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
@@ -217,9 +218,10 @@ class Run:
         return f"<table><caption>sabre_pg.Run</caption>{rows}</table>"
 
 
-def _rounded(value: float | None, digits: int) -> float | None:
-    """``round``, keeping None (a partitioned run records no AIL)."""
-    return None if value is None else round(value, digits)
+def _significant(value: float | None, digits: int) -> float | None:
+    """``value`` to ``digits`` significant digits (3.59e-05 stays 3.59e-05, where ``round``
+    to a number of decimals gives 0.0), keeping None (a partitioned run records no AIL)."""
+    return None if value is None else float("%.*g" % (digits, value))
 
 
 def _chunks(bind, relation: str, size: int) -> Iterator:

@@ -84,6 +84,21 @@ def test_engine_round_trip(engine, census, pg_conn):
     assert "<table>" in run._repr_html_() and "SABRE-REFINE" in run._repr_html_()     # the default method
 
 
+def test_run_reprs_keep_significant_digits():
+    """Small floats keep their significant digits in the text and HTML reprs and the summary
+    (AIL 3.59e-05 once showed as 0.0); None (a partitioned run's AIL) stays None."""
+    run = sabre_pg.Run(run_id=7, output_name="public.x_sabre", output_schema="public", output_table="x_sabre",
+                       rows=10, n_classes=2, min_class_size=5, max_emd=2.5e-07, ail=3.5912e-05, seconds=0.000432,
+                       source="public.x", sensitive="s", t=0.35, k=5, method="refine")
+    text, page = repr(run), run._repr_html_()
+    assert "AIL 3.591e-05" in text and "max EMD 2.5e-07" in text and "0.000432 s" in text
+    assert "<td style='text-align:left'>3.5912e-05</td>" in page and "2.5e-07" in page and "0.000432" in page
+    assert run.summary()["AIL"] == 3.5912e-05 and run.summary()["seconds"] == 0.000432
+    big = sabre_pg.Run(**{**run.__dict__, "max_emd": 0.34659, "ail": 0.1124339, "seconds": 2.3149, "bind": None})
+    assert "max EMD 0.3466 <= t 0.35" in repr(big) and "AIL 0.1124, 2.31 s>" in repr(big)
+    assert sabre_pg.Run(**{**run.__dict__, "ail": None}).summary()["AIL"] is None
+
+
 def test_psycopg_connection_and_dsn(pg_conn, pg_dsn, census):
     run = sabre_pg.anonymize(pg_conn, "census", ["age", "sex"], "salary", t=0.3, k=4, output="census_api")
     assert run.output == "public.census_api" and run.output_name == "public.census_api"
