@@ -230,6 +230,13 @@ class settings:
         return False
 
 
+def quietly(plpy):
+    """:class:`settings` for internal statements that may send a NOTICE the caller has no use for
+    (``DROP ... IF EXISTS``: 'does not exist, skipping'): ``client_min_messages`` raised to warning
+    around them, restored after."""
+    return settings(plpy, client_min_messages="warning")
+
+
 def parse_options(plpy, options, known, example: str) -> dict:
     """The jsonb ``options`` argument as a dict; unknown keys are an error (typos must not pass)."""
     if options is None:

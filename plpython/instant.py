@@ -311,8 +311,9 @@ def create_statistics(plpy, req):
     digest = plpy.execute(plpy.prepare("SELECT pg_catalog.md5($1) AS h", ["text"]),
                           [json.dumps([a.name for a in req.qis])])[0]["h"][:8]
     name = C.qname(None, req.source["nspname"], "%s_sabre_mcv_%s" % (req.source["relname"][:40], digest))
-    plpy.execute("CREATE STATISTICS IF NOT EXISTS %s (mcv) ON %s FROM %s" % (
-        name, ", ".join(C.ident(a.name) for a in req.qis), req.source["qname"]))
+    with C.quietly(plpy):   # a later run: 'statistics object ... already exists, skipping'
+        plpy.execute("CREATE STATISTICS IF NOT EXISTS %s (mcv) ON %s FROM %s" % (
+            name, ", ".join(C.ident(a.name) for a in req.qis), req.source["qname"]))
     plpy.execute("ANALYZE %s (%s)" % (req.source["qname"], ", ".join(C.ident(a.name) for a in req.attrs)))
 
 

@@ -458,7 +458,8 @@ def held_rows(s, oid):
 def rebuild_window(plpy, table, query):
     """The window table made afresh from ``query``."""
     plpy.execute("CREATE TEMP TABLE pg_temp.sabre_w_rebuilt AS %s" % query)
-    plpy.execute("DROP TABLE IF EXISTS %s" % table)
+    with C.quietly(plpy):
+        plpy.execute("DROP TABLE IF EXISTS %s" % table)
     plpy.execute("ALTER TABLE pg_temp.sabre_w_rebuilt RENAME TO %s" % table.split(".", 1)[1])
 
 
@@ -639,7 +640,8 @@ def append(plpy, s, req, read, window, a, p: W.Publication):
             ", ".join("x.%s" % C.ident(c) for c in names), extra, query), types if suffix == "" else []),
             params if suffix == "" else [])
     append_keys(plpy, s, req, window, a, row_nos, ecs)
-    plpy.execute("DROP TABLE IF EXISTS %s, %s" % (temp["k"], temp["c"]))
+    with C.quietly(plpy):
+        plpy.execute("DROP TABLE IF EXISTS %s, %s" % (temp["k"], temp["c"]))
 
 
 def append_keys(plpy, s, req, window, a, row_nos, ecs):
@@ -712,7 +714,8 @@ def drop(plpy, name, purge):
                     "cannot purge the output of stream \"%s\": other objects depend on it: %s"
                     % (name, ", ".join(r["what"] for r in found)), "Drop them first, or drop without purge.")
             plpy.execute("DROP TABLE %s" % ", ".join(C.relation_info(plpy, o)["qname"] for o in oids))
-    plpy.execute("DROP TABLE IF EXISTS %s" % window_table(s))    # this session's copy of its window
+    with C.quietly(plpy):
+        plpy.execute("DROP TABLE IF EXISTS %s" % window_table(s))    # this session's copy of its window
     plpy.execute("DROP TABLE %s, %s, %s" % (s["state"], s["rows"], s["log"]))
     plpy.execute("SELECT %s(%d)" % (C.catalog("stream_forget"), s["stream_id"]))
     return True

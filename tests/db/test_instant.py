@@ -109,6 +109,17 @@ def test_extended_statistics_are_created_and_used(pg_conn, census):
     assert verify(pg_conn, "census_mcv", 10)["violations"] == 0 and run["scans"] <= 2
 
 
+def test_created_statistics_rerun_sends_no_notice(pg_conn, census):
+    """A second run with statistics = 'create' finds the statistics object in place, silently
+    (its CREATE STATISTICS IF NOT EXISTS once sent 'already exists, skipping')."""
+    notices = []
+    pg_conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    for output in ("census_mcv_1", "census_mcv_2"):
+        instant(pg_conn, 8, output=output, statistics="create", **census)
+    assert scalar(pg_conn, "SELECT count(*) FROM pg_statistic_ext WHERE stxrelid = 'census'::regclass") == 1
+    assert notices == []
+
+
 def test_verify_l_and_k_alone(pg_conn):
     pg_conn.execute("CREATE TABLE classes (ec_id int, sa text)")
     pg_conn.execute("INSERT INTO classes VALUES (1, 'a'), (1, 'b'), (1, 'c'), (2, 'a'), (2, 'a'), (2, 'b'), (3, 'z')")

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.db.helpers import expect_error, scalar
+from tests.db.helpers import anonymize, expect_error, scalar
 
 SOURCE = "admissions"
 
@@ -110,6 +110,29 @@ def test_contract_columns_and_exactly_once_across_calls(pg_conn):
         scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_keys")
     logged = scalar(pg_conn, "SELECT count(*) FROM admissions_sabre_w_log")
     assert logged == 7
+
+
+def test_internal_statements_send_the_client_no_notice(pg_conn, pg_connect):
+    """Stream create, advances (in several calls, and from a session whose window table is another
+    session's), refresh, drop, and an anonymize rerun send no NOTICE: the internal
+    ``DROP ... IF EXISTS`` once said 'table "sabre_w_k" does not exist, skipping' per advance."""
+    notices = []
+    pg_conn.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+    make_source(pg_conn, 330, seed=0.25)
+    create(pg_conn, name="quiet_w", window_size=240, step=60, method="knn")
+    advance(pg_conn, "quiet_w", max_advances=1)
+    add_rows(pg_conn, 200)
+    assert len(advance(pg_conn, "quiet_w")) >= 2
+    other = pg_connect()
+    other.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+    add_rows(other, 120)
+    assert advance(other, "quiet_w")                         # rebuilds its own window table
+    add_rows(pg_conn, 60)
+    assert advance(pg_conn, "quiet_w")                       # and back in the first session
+    for _ in range(2):                                       # the second run replaces the first
+        anonymize(pg_conn, SOURCE, ["age", "zip"], "diagnosis", 0.4, 3, "ak", "quiet_anon")
+    assert scalar(pg_conn, "SELECT sabre_stream_drop('quiet_w', purge => true)")
+    assert notices == [], notices
 
 
 def test_shifting_sa_goes_through_the_three_cases(pg_conn):
