@@ -8,6 +8,7 @@ names reach this code as OIDs or are resolved explicitly.
 """
 from __future__ import annotations
 
+import difflib
 import json
 
 from sabre_pg.core import limits, parameters
@@ -159,6 +160,27 @@ def check_hierarchy_size(name: str, leaves: int, height: int, cells: int, text_b
         raise E.program_limit_exceeded('hierarchy "%s" is too large: %s' % (name, e), HIERARCHY_CAP_HINT)
 
 
+HINT_CANDIDATES = 5   # names a HINT suggests at most
+
+
+def nearest(name, candidates, n: int = HINT_CANDIDATES, cutoff: float = 0.0) -> list:
+    """Up to ``n`` of ``candidates`` (distinct), nearest to ``name`` first: by difflib's
+    similarity ratio of the lower-cased names (at least ``cutoff``), then by name.  Pure."""
+    target = str(name if name is not None else "").lower()
+    scored = sorted((-difflib.SequenceMatcher(None, target, str(c).lower()).ratio(), str(c))
+                    for c in set(candidates))
+    return [c for score, c in scored if -score >= cutoff][:n]
+
+
+def nearest_text(name, candidates, n: int = HINT_CANDIDATES) -> str:
+    """``nearest`` as a HINT's list: "a, b, c", "... (5 of 12)" when there are more, "none"."""
+    names = set(candidates)
+    shown = nearest(name, names, n)
+    if not shown:
+        return "none"
+    return ", ".join(shown) + (" (%d of %d)" % (len(shown), len(names)) if len(names) > len(shown) else "")
+
+
 def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
     size = plpy.execute(plpy.prepare(
         "SELECT pg_catalog.count(*) AS leaves, COALESCE(pg_catalog.max(pg_catalog.cardinality(path)), 1) AS width, "
@@ -170,11 +192,10 @@ def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
         "SELECT path FROM %s WHERE hierarchy OPERATOR(pg_catalog.=) $1 ORDER BY ord"
         % catalog("hierarchy_rows"), ["text"]), [name])
     if not len(rows):
-        known = [r["name"] for r in plpy.execute(
-            "SELECT name FROM %s ORDER BY name LIMIT 20" % catalog("hierarchies"))]
+        known = [r["name"] for r in plpy.execute("SELECT name FROM %s" % catalog("hierarchies"))]
         fail(plpy, UNDEFINED_OBJECT, 'hierarchy "%s" (%s) does not exist' % (name, purpose),
-             "Define it with sabre_define_hierarchy(name, csv); known hierarchies: %s"
-             % (", ".join(known) if known else "none"))
+             "Define it with sabre_define_hierarchy(name, csv); known hierarchies, nearest first: %s"
+             % nearest_text(name, known))
     return Hierarchy([list(r["path"]) for r in rows], name=name)
 
 
@@ -252,5 +273,5 @@ def parse_options(plpy, options, known, example: str) -> dict:
     unknown = sorted(set(opts) - set(known))
     if unknown:
         fail(plpy, INVALID_PARAMETER, "unknown option(s): %s" % ", ".join(unknown),
-             "Known options: %s." % ", ".join(known))
+             "Known options, nearest first: %s." % nearest_text(unknown[0], known))
     return opts

@@ -200,8 +200,10 @@ def sensitive_thresholds(sensitive, t) -> tuple:
 
 def check_method(method):
     if method not in METHODS:
+        close = C.nearest(method, METHODS, 1, cutoff=0.5) if isinstance(method, str) else []
         raise E.invalid_parameter("unknown method %s" % json.dumps(method),
-                                  "Use method => 'refine' (the default: t-Mondrian with a searched t-close cut), "
+                                  ("Did you mean '%s'? " % close[0] if close else "")
+                                  + "Use method => 'refine' (the default: t-Mondrian with a searched t-close cut), "
                                   "'ak' (SABRE-AK, Hilbert curve), 'knn' (SABRE-KNN, exact nearest neighbours) or "
                                   "'mondrian' (t-Mondrian).")
 
@@ -272,7 +274,7 @@ def _keep(keep, columns, qis) -> tuple:
     for c in keep:
         if c not in columns:
             raise E.undefined_column('options.keep column "%s" does not exist in the source' % c,
-                                     "Available columns: %s." % ", ".join(list(columns)[:30]))
+                                     "Available columns, nearest first: %s." % C.nearest_text(c, columns))
         if c in [a.name for a in qis]:
             raise E.duplicate_column('options.keep column "%s" clashes with an output column' % c,
                                      "Quasi-identifiers are published generalized only; keep other columns.")
@@ -317,8 +319,8 @@ def attributes(columns, quasi_identifiers, sensitive, hierarchies):
     for q in names + sensitives:
         if q is None or q not in columns:
             raise E.undefined_column('column "%s" does not exist in the source' % q,
-                                     "Available columns: %s. Names are case-sensitive and not parsed: pass "
-                                     "them exactly as stored." % ", ".join(list(columns)[:30]))
+                                     "Available columns, nearest first: %s. Names are case-sensitive and not "
+                                     "parsed: pass them exactly as stored." % C.nearest_text(q, columns))
     for sa in sensitives:
         if sa in seen:
             raise E.invalid_parameter(

@@ -97,7 +97,7 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
     for name in qnames + [sensitive]:
         if name not in scols:
             C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in the source %s' % (name, src["qname"]),
-                   "Available columns: %s." % ", ".join(list(scols)[:30]))
+                   "Available columns, nearest first: %s." % C.nearest_text(name, scols))
         kind = "categorical" if name in hier else C.kind_of(scols[name])
         if kind is None:
             C.fail(plpy, C.DATATYPE_MISMATCH, 'column "%s" has unsupported type %s' % (name, scols[name]["declared"]),

@@ -84,7 +84,7 @@ def _relation(plpy, output):
 def _column(plpy, rel, cols, name):
     if name not in cols:
         C.fail(plpy, C.UNDEFINED_COLUMN, 'column "%s" does not exist in %s' % (name, rel["qname"]),
-               "Available columns: %s." % ", ".join(cols))
+               "Available columns, nearest first: %s." % C.nearest_text(name, cols))
     if cols[name]["unsafe"]:
         raise safe_types.refuse(name, cols[name])
 

@@ -94,6 +94,43 @@ def test_bad_argument(db, kwargs, sqlstate, parts):
     expect_error(db, lambda c: call_anonymize(c, **kwargs), sqlstate, *parts)
 
 
+def suggested(hint: str) -> list[str]:
+    """The names a HINT suggests ("..., nearest first: a, b (5 of 9). ...")."""
+    listed = hint.split("nearest first: ", 1)[1]
+    listed = listed.split(" (", 1)[0].split(". ", 1)[0].rstrip(".")
+    return listed.split(", ")
+
+
+@pytest.mark.parametrize("kwargs,sqlstate,first", [
+    pytest.param(dict(options={"hierarchies": {"marital": "census_marial"}}, qis=["age", "marital"]), "42704",
+                 "census_marital", id="hierarchy"),
+    pytest.param(dict(qis=["age", "educaton"]), "42703", "education", id="column"),
+    pytest.param(dict(sensitive="salery"), "42703", "salary", id="sensitive"),
+    pytest.param(dict(options={"keep": ["ids"]}), "42703", "id", id="keep"),
+    pytest.param(dict(options={"lookahed": 2}), "22023", "lookahead", id="option"),
+])
+def test_hints_suggest_a_handful_of_names_nearest_first(db, kwargs, sqlstate, first):
+    """An unknown name's HINT lists at most 5 candidates, the nearest first (the hierarchy HINT
+    once listed 20 names alphabetically, the column HINT up to 30 in table order)."""
+    for n in range(3):                                   # more hierarchies than the HINT shows
+        db.execute("SELECT sabre_define_hierarchy(%s, %s)", ("zz_extra_%d" % n, "a;*\nb;*"))
+    hint = expect_error(db, lambda c: call_anonymize(c, **kwargs), sqlstate).diag.message_hint
+    names = suggested(hint)
+    assert names[0] == first and 1 <= len(names) <= 5, hint
+
+
+def test_verify_column_hint_suggests_the_nearest(db):
+    call_anonymize(db, output="census_anon")
+    hint = expect_error(db, lambda c: c.execute("SELECT * FROM sabre_verify('census_anon', 'salery', 0.3, 1)"),
+                        "42703", "salery").diag.message_hint
+    assert suggested(hint)[0] == "salary" and len(suggested(hint)) <= 5, hint
+
+
+def test_unknown_method_hint_suggests_the_nearest(db):
+    hint = expect_error(db, lambda c: call_anonymize(c, method="knm"), "22023", "knm").diag.message_hint
+    assert hint.startswith("Did you mean 'knn'? ") and "'mondrian'" in hint
+
+
 def test_source_missing_regclass_overload_is_postgres_error(db):
     # through the regclass overload the cast itself fails (PostgreSQL's own error, no HINT)
     before = state(db)
