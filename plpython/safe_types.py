@@ -14,11 +14,18 @@ from the catalog (by OID, never by name), in one of three ways:
 * the base type is owned by another role: it is read as ``text`` through its output
   function alone, ``pg_catalog.textin(pg_catalog.enum_out(x))`` (strict: NULL stays NULL),
   provided that function is owned by a superuser -- no cast, operator or CHECK of its owner;
+  a domain over such a type is relabelled to it first, ``enum_out((x)::owner.mood)``;
 * otherwise the column cannot be read safely: :func:`refuse` raises 42804 with a HINT.
 
-Every relation sabre creates takes these safe types, so its columns never depend on a type
-another role owns.  :func:`column` is pure; :func:`read_sql` gives the ``FROM`` item that
-reads a relation with every column converted (the relation itself when none needs it).
+A column's collation (``attcollation``, a domain's ``COLLATE`` included) is kept only when it
+is a deterministic collation of ``pg_catalog``; any other -- another role's, which its owner
+may ``DROP ... CASCADE``, or a nondeterministic one, under which SQL's DISTINCT merges values
+Python keeps apart -- is replaced: ``(x COLLATE pg_catalog."default")``.
+
+Every relation sabre creates takes these safe types and collations, so its columns never
+depend on a type or collation another role owns.  :func:`column` is pure; :func:`read_sql`
+gives the ``FROM`` item that reads a relation with every column converted (the relation
+itself when none needs it).
 """
 from __future__ import annotations
 
@@ -40,7 +47,11 @@ COLUMNS_SQL = (
     "COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.typowner), "
     "false) AS trusted, pg_catalog.format('%I.%I', pn.nspname, p.proname) AS output, "
     "COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) p.proowner), "
-    "false) AS output_trusted "
+    "false) AS output_trusted, a.attcollation OPERATOR(pg_catalog.<>) 0 AND NOT COALESCE(("
+    "SELECT co.collisdeterministic AND cn.nspname OPERATOR(pg_catalog.=) 'pg_catalog' "
+    "FROM pg_catalog.pg_collation AS co "
+    "JOIN pg_catalog.pg_namespace AS cn ON cn.oid OPERATOR(pg_catalog.=) co.collnamespace "
+    "WHERE co.oid OPERATOR(pg_catalog.=) a.attcollation), false) AS recollate "
     "FROM pg_catalog.pg_attribute AS a JOIN base AS b ON b.attnum OPERATOR(pg_catalog.=) a.attnum "
     "JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) b.typid "
     "LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) t.typoutput "
@@ -52,15 +63,24 @@ def column(row: dict) -> dict:
     """One column's entry of ``common.columns()`` from its :data:`COLUMNS_SQL` row (pure):
     ``type`` (the SQL type sabre reads, compares and writes it as), ``typname``,
     ``category``, ``notnull``, ``declared`` (the column's own type, for messages), ``read``
-    (the conversion: SQL to put before and after the column; None when read as it is),
+    (the conversion, relabel and collation: SQL to put before and after the column; None when
+    read as it is),
     ``converted`` (read as text through its output function) and ``unsafe`` (why it cannot be
     read, or None)."""
     entry = {"declared": row["declared"], "notnull": row["attnotnull"],
              "read": None, "unsafe": None, "converted": False}
+    # a domain is first relabelled to its base type: no CHECK runs, and the base type's
+    # functions apply (enum_out(anyenum) does not take a domain over an enum)
+    base = ("(", ")::%s" % row["type"]) if row["domain"] else ("", "")
     if row["trusted"]:
         entry.update(type=row["type"], typname=row["typname"], category=row["category"])
-        if row["domain"]:
-            entry["read"] = ("(", ")::%s" % row["type"])       # a relabel: no CHECK runs
+        if row.get("recollate"):
+            # a collation outside pg_catalog (another role's, which it may drop with CASCADE)
+            # or a nondeterministic one: read with the database's default collation, so
+            # nothing sabre makes depends on it and SQL and Python see the same distinct values
+            entry["read"] = ("(" + base[0], base[1] + " COLLATE pg_catalog.%s)" % ident("default"))
+        elif row["domain"]:
+            entry["read"] = base
         return entry
     category = "U" if row["category"] in NUMERICAL_CATEGORIES else row["category"]
     entry.update(type="text", typname="text", category=category, converted=True)
@@ -68,7 +88,8 @@ def column(row: dict) -> dict:
         entry["unsafe"] = "type %s is owned by a role that is not a superuser and its output function %s is too" % (
             row["type"], row["output"])
         return entry
-    entry["read"] = ("pg_catalog.textin(%s(" % row["output"], "))")
+    # (textin's result takes the default collation whatever the column's)
+    entry["read"] = ("pg_catalog.textin(%s(%s" % (row["output"], base[0]), "%s))" % base[1])
     return entry
 
 
