@@ -378,7 +378,7 @@ def _columns_of(conn, schema):
 def test_owner_collation_does_not_reach_the_output(roles, who):
     """The owner's ICU collation on a text QI, on the text SA, on a keep column and through a
     domain (COLLATE in the domain): nothing sabre creates (output, _classes, _keys, staged
-    partitions) takes it, so the owner's DROP COLLATION ... CASCADE leaves every output column
+    partitions, a stream's tables) takes it, so the owner's DROP COLLATION ... CASCADE leaves every output column
     in place and the outputs still verify."""
     dba, conn, owner = roles["dba"], roles[who], roles["fc_owner"]
     schema = "fc_dba" if who == "dba" else "fc_analyst"
@@ -396,7 +396,15 @@ def test_owner_collation_does_not_reach_the_output(roles, who):
     for name, method, sa, qis, opts in runs:
         rows, _ = _anonymize(conn, "%s.%s" % (schema, name), method, sensitive=sa, t=0.6, qis=qis, **opts)
         assert rows == ROWS
+    # a stream over the same columns: its output and work tables too
+    stream = "fc_coll_" + who
+    conn.execute("SELECT * FROM sabre_stream_create(name => %s, source => 'fc_own.visits'::regclass, arrival => 'seq', "
+                 "quasi_identifiers => ARRAY['age','ward'], sensitive => 'finding', t => 0.6, k => 4, "
+                 "window_size => 160, step => 80, output => %s)", (stream, schema + ".o_stream"))
+    assert conn.execute("SELECT * FROM sabre_stream_advance(%s)", (stream,)).fetchall()
+    assert conn.execute("SELECT violations FROM sabre_stream_verify(%s)", (stream,)).fetchone()[0] == 0
     assert _collations(dba, schema) == []
+    conn.execute("SELECT sabre_stream_drop(%s, true)", (stream,))
     before = _columns_of(dba, schema)
     assert {"o_text", "o_text_classes", "o_dom", "o_dom_classes", "o_multi"} <= set(before)
     assert "ward" in before["o_text"] and "memo" in before["o_text"] and "unit" in before["o_dom"]
