@@ -198,6 +198,6 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
     facts["sensitive_attributes"] = [a.name for a in req.sensitive]
     facts["t_values"], facts["max_emds"] = list(req.thresholds), [w.max_emd for w in every]
     facts["phases"], facts["seconds"] = clock.report(), clock.total()
-    output_oid = publish.record(plpy, req, run, facts)
+    output_oid = publish.record(plpy, req, run, facts, hierarchies)
     return [(run.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"],
              facts["max_emds"] if several else facts["max_emd"], facts["ail"], facts["seconds"])]
