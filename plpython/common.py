@@ -264,6 +264,20 @@ def hierarchy_fingerprints(plpy, names) -> dict:
     return {n: {"owner": owner, "sha256": hierarchy_hash(paths)} for n, (owner, paths) in read.items()}
 
 
+def changed_hierarchies(recorded: dict, current: dict) -> list:
+    """What changed between two {name: {owner, sha256}}: e.g. ['"h" (redefined)'] (empty: none)."""
+    changed = []
+    for name, was in sorted(recorded.items()):
+        now = current.get(name)
+        if now is None:
+            changed.append('"%s" (dropped)' % name)
+        elif now.get("owner") != was.get("owner"):
+            changed.append('"%s" (owner %s, was %s)' % (name, now.get("owner"), was.get("owner")))
+        elif now.get("sha256") != was.get("sha256"):
+            changed.append('"%s" (redefined)' % name)
+    return changed
+
+
 def _check_uses(plpy, uses, sizes):
     """Each hierarchy used exists and is within the per-hierarchy caps; the labels of every use
     summed are within the per-call cap."""

@@ -146,15 +146,7 @@ def check_hierarchies(plpy, run, recorded: dict, current: dict):
     """55000 when a hierarchy the run used is gone, or has another owner or content than when
     the run was made (docs/security.md, "Hierarchies redefined under a refresh"): hierarchies
     are global by name, and a refresh must not silently publish with another role's new one."""
-    changed = []
-    for name, was in sorted(recorded.items()):
-        now = current.get(name)
-        if now is None:
-            changed.append('"%s" (dropped)' % name)
-        elif now.get("owner") != was.get("owner"):
-            changed.append('"%s" (owner %s, was %s)' % (name, now.get("owner"), was.get("owner")))
-        elif now.get("sha256") != was.get("sha256"):
-            changed.append('"%s" (redefined)' % name)
+    changed = C.changed_hierarchies(recorded, current)
     if changed:
         raise E.not_in_prerequisite_state(
             "the hierarchies of run %d changed since it was made: %s; %s was not refreshed"

@@ -153,3 +153,23 @@ def test_a_lock_held_on_the_hierarchy_catalog_fails_the_run_fast(roles, call):
         mallory.execute("LOCK TABLE sabre.hierarchies IN ACCESS EXCLUSIVE MODE")
         _expect(alice, call, "55P03", "sabre.hierarchies", "pg_locks")
     alice.execute(call).fetchall()                    # released: the call runs
+
+
+def test_a_hierarchy_redefined_under_a_stream_stops_its_advances(roles):
+    dba, bob, alice = roles["dba"], roles["sec_bob"], roles["sec_alice"]
+    dba.execute(EDIT % "sec_bob")
+    bob.execute("SELECT * FROM sabre_define_hierarchy('ranks', %s)",
+                ("\n".join(f"r{i};r{i // 3}g;*" for i in range(12)),))
+    alice.execute("CREATE TABLE alice.arr (id int PRIMARY KEY, at int NOT NULL, age int, rk text, pay int)")
+    alice.execute("INSERT INTO alice.arr SELECT g, g, 20 + (g * 13) % 40, 'r' || (g * 5) % 12, (g * 7919) % 11 "
+                  "FROM generate_series(1, 400) g")
+    alice.execute("SELECT * FROM sabre_stream_create('arr_w', 'alice.arr'::regclass, 'at', ARRAY['age','rk'], "
+                  "'pay', 0.6, 4, 200, 100, output => 'alice.arr_w', "
+                  "options => '{\"key\": \"id\", \"hierarchies\": {\"rk\": \"ranks\"}}')").fetchall()
+    assert len(alice.execute("SELECT * FROM sabre_stream_advance('arr_w', 1)").fetchall()) == 1
+    published = alice.execute("SELECT count(*) FROM alice.arr_w").fetchone()[0]
+    recorded = alice.execute("SELECT hierarchies FROM sabre.streams WHERE name = 'arr_w'").fetchone()[0]
+    assert list(recorded) == ["ranks"] and recorded["ranks"]["owner"] == "sec_bob", recorded
+    bob.execute("SELECT * FROM sabre_define_hierarchy('ranks', %s)", ("\n".join(f"r{i};*" for i in range(12)),))
+    _expect(alice, "SELECT * FROM sabre_stream_advance('arr_w')", "55000", '"ranks" (redefined)', "arr_w")
+    assert alice.execute("SELECT count(*) FROM alice.arr_w").fetchone()[0] == published
