@@ -90,6 +90,17 @@ def encode(plpy, leaves: list) -> Encoding:
                        % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
 
 
+def encodings(plpy, hierarchies: dict) -> dict:
+    """{attribute: Encoding} of ``hierarchies`` ({attribute: Hierarchy}); attributes sharing one
+    Hierarchy object (a name several attributes use) share one encoding, hashed once."""
+    by_object, found = {}, {}
+    for name, h in hierarchies.items():
+        if id(h) not in by_object:
+            by_object[id(h)] = encode(plpy, h.leaves)
+        found[name] = by_object[id(h)]
+    return found
+
+
 def hierarchies(plpy, req) -> dict:
     """{attribute name: Hierarchy} of the categorical QIs, and of the SA when one is named
     (a flat SA hierarchy comes from the SA summary)."""

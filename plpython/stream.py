@@ -487,7 +487,7 @@ def read_window(plpy, s, req, window):
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
     check_hierarchies(s, req, hierarchies)
-    encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
+    encodings = scan.encodings(plpy, hierarchies)
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
