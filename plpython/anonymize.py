@@ -36,7 +36,7 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             partitioned = partition.partitions_option(req) is not None      # docs/scale-out.md
             if not partitioned:
                 hierarchies = scan.hierarchies(plpy, req)
-                encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+                encodings = scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock)
         return _anonymize(plpy, req, hierarchies, encodings, clock)
@@ -49,7 +49,7 @@ def run_part(plpy, req, into: publish.Into) -> int:
     table).  Returns the part's number of classes."""
     with C.settings(plpy, work_mem="256MB"):
         hierarchies = scan.hierarchies(plpy, req)
-        encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+        encodings = scan.encodings(plpy, hierarchies)
         return _anonymize(plpy, req, hierarchies, encodings, Stopwatch(), into)
 
 
@@ -86,7 +86,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
             if partition.partitions_option(req) is not None:
                 partition.run(plpy, req, clock)          # (refuses several SAs)
             hierarchies = scan.hierarchies(plpy, req)
-            encodings = {name: scan.encode(plpy, h.leaves) for name, h in hierarchies.items()}
+            encodings = scan.encodings(plpy, hierarchies)
         with clock.phase("summary"):
             summaries = [scan.sa_summary(plpy, req, hierarchies.get(sa.name), sa) for sa in req.sensitive]
             base = _base(req, summaries)
@@ -198,6 +198,6 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
     facts["sensitive_attributes"] = [a.name for a in req.sensitive]
     facts["t_values"], facts["max_emds"] = list(req.thresholds), [w.max_emd for w in every]
     facts["phases"], facts["seconds"] = clock.report(), clock.total()
-    output_oid = publish.record(plpy, req, run, facts)
+    output_oid = publish.record(plpy, req, run, facts, hierarchies)
     return [(run.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"],
              facts["max_emds"] if several else facts["max_emd"], facts["ail"], facts["seconds"])]

@@ -9,6 +9,7 @@ names reach this code as OIDs or are resolved explicitly.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 
 from sabre_pg.core import limits, parameters
@@ -181,22 +182,123 @@ def nearest_text(name, candidates, n: int = HINT_CANDIDATES) -> str:
     return ", ".join(shown) + (" (%d of %d)" % (len(shown), len(names)) if len(names) > len(shown) else "")
 
 
+# how long a run waits for a lock on sabre.hierarchies / hierarchy_rows (issue 25, finding 7(3)):
+# a role with write rights on them can LOCK them; a run fails fast instead of waiting forever
+HIERARCHY_LOCK_TIMEOUT = "3s"
+
+
 def load_hierarchy(plpy, name: str, purpose: str) -> Hierarchy:
-    size = plpy.execute(plpy.prepare(
-        "SELECT pg_catalog.count(*) AS leaves, COALESCE(pg_catalog.max(pg_catalog.cardinality(path)), 1) AS width, "
-        "COALESCE(pg_catalog.sum(pg_catalog.cardinality(path)), 0) AS cells, COALESCE(pg_catalog.sum("
-        "pg_catalog.octet_length(pg_catalog.array_to_string(path, ''))), 0) AS bytes FROM %s "
-        "WHERE hierarchy OPERATOR(pg_catalog.=) $1" % catalog("hierarchy_rows"), ["text"]), [name])[0]
-    check_hierarchy_size(name, size["leaves"], size["width"] - 1, size["cells"], size["bytes"])
-    rows = plpy.execute(plpy.prepare(
-        "SELECT path FROM %s WHERE hierarchy OPERATOR(pg_catalog.=) $1 ORDER BY ord"
-        % catalog("hierarchy_rows"), ["text"]), [name])
-    if not len(rows):
-        known = [r["name"] for r in plpy.execute("SELECT name FROM %s" % catalog("hierarchies"))]
-        fail(plpy, UNDEFINED_OBJECT, 'hierarchy "%s" (%s) does not exist' % (name, purpose),
-             "Define it with sabre_define_hierarchy(name, csv); known hierarchies, nearest first: %s"
-             % nearest_text(name, known))
-    return Hierarchy([list(r["path"]) for r in rows], name=name)
+    """One hierarchy of the catalog (:func:`load_hierarchies` of one use)."""
+    return load_hierarchies(plpy, [(name, purpose)])[name]
+
+
+def load_hierarchies(plpy, uses) -> dict:
+    """{name: Hierarchy} of the hierarchies a call uses, ``uses`` a list of (name, purpose), one
+    per attribute (a name several attributes use is loaded once and the object shared).
+
+    Capped per hierarchy (:func:`check_hierarchy_size`) and over the call: the labels of every
+    use summed (``limits.HIERARCHY_CALL_CELLS``), checked from the catalog's counts before any
+    row is read, then again on the rows actually read (a commit in between cannot slip more in).
+    Each Hierarchy carries ``fingerprint`` = {owner, sha256 of its rows}: what a run records so
+    that a refresh can refuse a hierarchy redefined since (docs/security.md).  The catalog is
+    read under a short lock_timeout: a session holding a lock on it makes the call fail with
+    55P03 instead of waiting."""
+    uses = list(uses)
+    names = sorted({n for n, _ in uses})
+    if not names:
+        return {}
+    try:
+        with settings(plpy, lock_timeout=HIERARCHY_LOCK_TIMEOUT):
+            sizes = {r["hierarchy"]: r for r in plpy.execute(prepared(
+                plpy, "SELECT r.hierarchy, pg_catalog.count(*) AS leaves, "
+                "COALESCE(pg_catalog.max(pg_catalog.cardinality(r.path)), 1) AS width, "
+                "COALESCE(pg_catalog.sum(pg_catalog.cardinality(r.path)), 0) AS cells, COALESCE(pg_catalog.sum("
+                "pg_catalog.octet_length(pg_catalog.array_to_string(r.path, ''))), 0) AS bytes FROM %s AS h "
+                "JOIN %s AS r ON r.hierarchy OPERATOR(pg_catalog.=) h.name "
+                "WHERE h.name OPERATOR(pg_catalog.=) ANY ($1) GROUP BY r.hierarchy"
+                % (catalog("hierarchies"), catalog("hierarchy_rows")), ["text[]"]), [names])}
+            _check_uses(plpy, uses, sizes)
+            read = _read_rows(plpy, names)
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) != E.LOCK_NOT_AVAILABLE:
+            raise
+        raise E.lock_not_available(
+            "could not read the hierarchies %s: another session holds a lock on %s or %s"
+            % (", ".join('"%s"' % n for n in names), catalog("hierarchies"), catalog("hierarchy_rows")),
+            "A session holds a lock on sabre.hierarchies (see pg_locks and pg_stat_activity for who); run again "
+            "when it is released. Only trusted roles should have write rights on the hierarchy catalog "
+            "(docs/security.md).")
+    # what was actually read, checked again (one statement: one snapshot)
+    _check_uses(plpy, uses, {n: {"leaves": len(p), "width": max(len(x) for x in p),
+                                 "cells": sum(len(x) for x in p), "bytes": sum(len("".join(v for v in x if v is not None).encode()) for x in p)}
+                             for n, (_, p) in read.items()})
+    found = {}
+    for name, (owner, paths) in read.items():
+        h = Hierarchy(paths, name=name)
+        h.fingerprint = {"owner": owner, "sha256": hierarchy_hash(paths)}
+        found[name] = h
+    return found
+
+
+def _read_rows(plpy, names) -> dict:
+    """{name: (owner, [path, ...] in order)} of the named hierarchies, in one statement."""
+    found = {}
+    for r in plpy.execute(prepared(
+            plpy, "SELECT h.name, h.owner::pg_catalog.text AS owner, r.path FROM %s AS h JOIN %s AS r "
+            "ON r.hierarchy OPERATOR(pg_catalog.=) h.name WHERE h.name OPERATOR(pg_catalog.=) ANY ($1) "
+            "ORDER BY h.name, r.ord" % (catalog("hierarchies"), catalog("hierarchy_rows")), ["text[]"]), [names]):
+        found.setdefault(r["name"], (r["owner"], []))[1].append(list(r["path"]))
+    return found
+
+
+def hierarchy_hash(paths) -> str:
+    """The content hash of a hierarchy's rows (in order) that a run records."""
+    return hashlib.sha256(json.dumps(paths, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def hierarchy_fingerprints(plpy, names) -> dict:
+    """{name: {owner, sha256}} of the named hierarchies as they are now (absent: undefined),
+    read like :func:`load_hierarchies` (same lock_timeout; no size caps: only hashed)."""
+    with settings(plpy, lock_timeout=HIERARCHY_LOCK_TIMEOUT):
+        read = _read_rows(plpy, sorted(set(names)))
+    return {n: {"owner": owner, "sha256": hierarchy_hash(paths)} for n, (owner, paths) in read.items()}
+
+
+def changed_hierarchies(recorded: dict, current: dict) -> list:
+    """What changed between two {name: {owner, sha256}}: e.g. ['"h" (redefined)'] (empty: none)."""
+    changed = []
+    for name, was in sorted(recorded.items()):
+        now = current.get(name)
+        if now is None:
+            changed.append('"%s" (dropped)' % name)
+        elif now.get("owner") != was.get("owner"):
+            changed.append('"%s" (owner %s, was %s)' % (name, now.get("owner"), was.get("owner")))
+        elif now.get("sha256") != was.get("sha256"):
+            changed.append('"%s" (redefined)' % name)
+    return changed
+
+
+def _check_uses(plpy, uses, sizes):
+    """Each hierarchy used exists and is within the per-hierarchy caps; the labels of every use
+    summed are within the per-call cap."""
+    for name, purpose in uses:
+        if name not in sizes:
+            known = [r["name"] for r in plpy.execute("SELECT name FROM %s" % catalog("hierarchies"))]
+            fail(plpy, UNDEFINED_OBJECT, 'hierarchy "%s" (%s) does not exist' % (name, purpose),
+                 "Define it with sabre_define_hierarchy(name, csv); known hierarchies, nearest first: %s"
+                 % nearest_text(name, known))
+    for name in sorted({n for n, _ in uses}):
+        s = sizes[name]
+        check_hierarchy_size(name, s["leaves"], s["width"] - 1, s["cells"], s["bytes"])
+    total = sum(int(sizes[n]["cells"]) for n, _ in uses)
+    message = limits.over("hierarchy labels over the call's %d hierarchical attributes" % len(uses), total,
+                          limits.HIERARCHY_CALL_CELLS)
+    if message:
+        raise E.program_limit_exceeded(
+            "the call's hierarchies are too large together: %s" % message,
+            "Each attribute naming a hierarchy counts its labels (leaves x levels), even when several name the "
+            "same one: name fewer or smaller hierarchies (generalize the leaves first), or use fewer "
+            "categorical quasi-identifiers; the caps are listed in docs/security.md.")
 
 
 _PREPARED = {}

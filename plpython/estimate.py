@@ -407,8 +407,9 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options):
     opts = request.parse_options(given, columns, qis)
     safe_types.check(columns, [a.name for a in qis + [sa]])      # pg_stats prints values with their output function
     check_privileges(plpy, src, qis + [sa])
-    hierarchies = {a.name: C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
-                   for a in qis + [sa] if a.hierarchy_name is not None}
+    named = C.load_hierarchies(plpy, [(a.hierarchy_name, 'for column "%s"' % a.name)
+                                      for a in qis + [sa] if a.hierarchy_name is not None])
+    hierarchies = {a.name: named[a.hierarchy_name] for a in qis + [sa] if a.hierarchy_name is not None}
     needed = [sa] + (qis if opts.nulls == "drop" else [])
     if analyze:
         run_analyze(plpy, src, needed)

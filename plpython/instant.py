@@ -172,7 +172,6 @@ class Prepared:
 
 
 def prepare(plpy, req: InstantRequest) -> Prepared:
-    hierarchies = {}
     for a in req.qis:
         if a.numerical:
             continue
@@ -181,7 +180,9 @@ def prepare(plpy, req: InstantRequest) -> Prepared:
                 a.name, a.col["type"]), 'A categorical quasi-identifier generalizes along a hierarchy: define one '
                 'with sabre_define_hierarchy and name it in options.hierarchies, e.g. {"hierarchies": {"%s": '
                 '"%s_h"}}.' % (a.name, a.name))
-        hierarchies[a.name] = C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
+    named = C.load_hierarchies(plpy, [(a.hierarchy_name, 'for column "%s"' % a.name) for a in req.qis
+                                      if not a.numerical])
+    hierarchies = {a.name: named[a.hierarchy_name] for a in req.qis if not a.numerical}
     S.check_privileges(plpy, req.source, req.attrs, "sabre_instant")
     if req.statistics == "create":
         create_statistics(plpy, req)

@@ -589,8 +589,11 @@ def comment(plpy, req, run):
                                                  req.output.qualified(suffix), plpy.quote_literal(run.comment(text))))
 
 
-def record(plpy, req, run, facts: dict) -> int:
-    """Record the run through the catalog's owner-defined path; returns the output's OID."""
+def record(plpy, req, run, facts: dict, hierarchies: dict | None = None) -> int:
+    """Record the run through the catalog's owner-defined path; returns the output's OID.
+    The facts get the owner and content hash of each named hierarchy: those of the objects the
+    run used (``hierarchies``, {attribute: Hierarchy}), else read now (partitioned runs)."""
+    facts = dict(facts, hierarchies=used_hierarchies(plpy, req, hierarchies))
     # the side table last (run_record takes it as keys_table)
     names = [req.output.qualified(s) for s in ("", "_classes") + ((labels.SUFFIX,) if req.options.labels else ())
              + ("_keys",)]
@@ -600,6 +603,20 @@ def record(plpy, req, run, facts: dict) -> int:
         ["int8", "text", "text[]", "oid", "text"]),
         [run.run_id, names[0], names, req.source["oid"], json.dumps(facts)])
     return out[0]["output"]
+
+
+def used_hierarchies(plpy, req, hierarchies: dict | None) -> dict:
+    """{name: {owner, sha256}} of the hierarchies the request names (what sabre_refresh checks)."""
+    names = {a.name: a.hierarchy_name for a in req.attrs if a.hierarchy_name is not None}
+    found = {}
+    for attribute, name in names.items():
+        h = (hierarchies or {}).get(attribute)
+        if getattr(h, "fingerprint", None) is not None:
+            found[name] = h.fingerprint
+    missing = sorted(set(names.values()) - set(found))
+    if missing:
+        found.update(C.hierarchy_fingerprints(plpy, missing))
+    return found
 
 
 def from_float(expr, col):

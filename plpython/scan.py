@@ -90,15 +90,29 @@ def encode(plpy, leaves: list) -> Encoding:
                        % len(leaves), "Hierarchies of more than about 100,000 leaves are not supported.")
 
 
+def encodings(plpy, hierarchies: dict) -> dict:
+    """{attribute: Encoding} of ``hierarchies`` ({attribute: Hierarchy}); attributes sharing one
+    Hierarchy object (a name several attributes use) share one encoding, hashed once."""
+    by_object, found = {}, {}
+    for name, h in hierarchies.items():
+        if id(h) not in by_object:
+            by_object[id(h)] = encode(plpy, h.leaves)
+        found[name] = by_object[id(h)]
+    return found
+
+
 def hierarchies(plpy, req) -> dict:
     """{attribute name: Hierarchy} of the categorical QIs, and of the SA when one is named
     (a flat SA hierarchy comes from the SA summary)."""
     found, sensitive = {}, [sa.name for sa in req.sensitive]
+    # every named hierarchy in one read, each name once (the per-call cap counts each use)
+    named = C.load_hierarchies(plpy, [(a.hierarchy_name, 'for column "%s"' % a.name) for a in req.attrs
+                                      if a.hierarchy_name is not None and not a.numerical])
     for a in req.attrs:
         if a.numerical or (a.name in sensitive and a.hierarchy_name is None):
             continue
         if a.hierarchy_name is not None:
-            found[a.name] = C.load_hierarchy(plpy, a.hierarchy_name, 'for column "%s"' % a.name)
+            found[a.name] = named[a.hierarchy_name]
             continue
         where = req.row_filter() or " WHERE s.%s IS NOT NULL" % C.ident(a.name)
         values = plpy.execute(

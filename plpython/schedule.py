@@ -8,6 +8,8 @@ command as the role that scheduled it, in this database.
 """
 from __future__ import annotations
 
+import json
+
 from . import common as C
 from . import errors as E
 from . import stream as S
@@ -140,12 +142,29 @@ def refresh_job(plpy, output, cron):
     return schedule_job(plpy, "sabre_refresh_%s" % run["qname"], cron, command)
 
 
+def check_hierarchies(plpy, run, recorded: dict, current: dict):
+    """55000 when a hierarchy the run used is gone, or has another owner or content than when
+    the run was made (docs/security.md, "Hierarchies redefined under a refresh"): hierarchies
+    are global by name, and a refresh must not silently publish with another role's new one."""
+    changed = C.changed_hierarchies(recorded, current)
+    if changed:
+        raise E.not_in_prerequisite_state(
+            "the hierarchies of run %d changed since it was made: %s; %s was not refreshed"
+            % (run["run_id"], ", ".join(changed), run["qname"]),
+            "A refresh reruns a run with the hierarchies it used. Check the new definition (sabre.hierarchies, "
+            "sabre.hierarchy_rows), then rerun sabre_anonymize explicitly to accept it (that run becomes the one "
+            "refreshes repeat).")
+
+
 @E.entry_point
 def refresh(plpy, output):
     """sabre_refresh: rerun the recorded call (source, attributes, t, k, method, options)."""
     if output is None:
         raise E.null_not_allowed("output must not be NULL", "Pass the output's qualified name.")
     run = recorded_run(plpy, output)
+    recorded = json.loads(run["hierarchies"]) if run.get("hierarchies") else None
+    if recorded:                            # (runs recorded before 0.2.x have none)
+        check_hierarchies(plpy, run, recorded, C.hierarchy_fingerprints(plpy, list(recorded)))
     several = len(run["sensitive_attributes"] or ()) > 1
     # a run of several SAs reruns the array form with every SA and its own t; the result row
     # gives the first SA's max EMD, as sabre.runs.max_emd does
@@ -156,6 +175,12 @@ def refresh(plpy, output):
          "text", "text"]),
         [run["source_oid"], run["quasi_identifiers"], sensitive, t, run["k"], run["method"],
          run["output_name"], run["options"]])
+    if recorded and len(rows):
+        # the rerun's own record: a redefinition committed between the check above and the
+        # rerun's read is refused too (the error rolls the whole refresh back)
+        now = plpy.execute(plpy.prepare("SELECT hierarchies FROM %s WHERE run_id OPERATOR(pg_catalog.=) $1"
+                                        % C.catalog("runs"), ["int8"]), [rows[0]["run_id"]])
+        check_hierarchies(plpy, run, recorded, json.loads(now[0]["hierarchies"] or "{}") if len(now) else {})
     return [tuple((r[c][0] if several and c == "max_emd" else r[c])
                   for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail", "seconds"))
             for r in rows]

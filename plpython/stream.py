@@ -164,6 +164,8 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
                         [req.output.qualified(suffix)])[0]["r"] is not None:
             raise E.duplicate_table("relation %s already exists" % req.output.qualified(suffix),
                                     "A stream creates its output: choose another output name.")
+    used = C.load_hierarchies(plpy, [(a.hierarchy_name, 'for column "%s"' % a.name) for a in req.attrs
+                                     if a.hierarchy_name is not None])
     identity = secrets.token_hex(16)
     oids = create_outputs(plpy, req, name, identity)
     state_oids = create_state(plpy, req.output, name, identity)
@@ -171,7 +173,8 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
         name=name, source=req.source["qname"], source_oid=req.source["oid"], arrival=arrival, key=req.key.name,
         quasi_identifiers=[a.name for a in req.qis], sensitive=req.sa.name, t=req.t, k=req.k, window_size=omega,
         step=step, method=req.method, options=json.dumps(req.options.given), output_schema=req.output.schema,
-        output_name=req.output.name, relation_oids=oids, identity=identity), state_oids)
+        output_name=req.output.name, relation_oids=oids, identity=identity), state_oids,
+        hierarchies={n: h.fingerprint for n, h in used.items()})
     arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["read"],
                                                                                req.row_filter()))[0]["n"]
     return [(name, req.output.qualified(), omega, step, arrived, W.advances_ready(arrived, 0, omega, step))]
@@ -183,18 +186,20 @@ REGISTRY = (("name", "text"), ("source", "text"), ("source_oid", "oid"), ("arriv
             ("output_schema", "name"), ("output_name", "name"), ("relation_oids", "oid[]"), ("identity", "text"))
 
 
-def register(plpy, owner_sql, s, state_oids, created_at=None):
+def register(plpy, owner_sql, s, state_oids, created_at=None, hierarchies=None):
     """The stream's row in ``sabre.streams`` (``s``: its definition, REGISTRY), owned by the
     role ``owner_sql`` (the caller's, which row-level security checks), stream_id the OID of its
-    ``<output>_state``."""
+    ``<output>_state``; ``hierarchies``: {name: {owner, sha256}} of the hierarchies it uses, which
+    every advance checks (None: unchecked, streams migrated from 0.2)."""
     n = len(REGISTRY)
     plpy.execute(plpy.prepare(
-        "INSERT INTO %s (stream_id, owner, state_oids, created_at, %s) VALUES ($%d::pg_catalog.int8, %s, $%d, "
-        "COALESCE($%d, pg_catalog.now()), %s)" % (
-            C.catalog("streams"), ", ".join(c for c, _ in REGISTRY), n + 1, owner_sql, n + 2, n + 3,
+        "INSERT INTO %s (stream_id, owner, state_oids, created_at, hierarchies, %s) VALUES ($%d::pg_catalog.int8, "
+        "%s, $%d, COALESCE($%d, pg_catalog.now()), $%d::pg_catalog.jsonb, %s)" % (
+            C.catalog("streams"), ", ".join(c for c, _ in REGISTRY), n + 1, owner_sql, n + 2, n + 3, n + 4,
             ", ".join("$%d::%s" % (i + 1, t) for i, (_, t) in enumerate(REGISTRY))),
-        ["text" if t == "jsonb" else t for _, t in REGISTRY] + ["oid", "oid[]", "timestamptz"]),
-        [s[c] for c, _ in REGISTRY] + [state_oids[0], state_oids, created_at])
+        ["text" if t == "jsonb" else t for _, t in REGISTRY] + ["oid", "oid[]", "timestamptz", "text"]),
+        [s[c] for c, _ in REGISTRY] + [state_oids[0], state_oids, created_at,
+                                       None if hierarchies is None else json.dumps(hierarchies)])
 
 
 def create_state(plpy, output, name, identity, suffix="") -> list:
@@ -294,6 +299,8 @@ def advance(plpy, name, max_advances=None):
                 'the output relations of stream "%s" are missing or no longer carry its identity' % name,
                 "Drop the stream (sabre_stream_drop) and create it again.")
         req = stream_request(plpy, s)
+        if s.get("hierarchies"):         # fail before numbering; read_window checks what it reads
+            check_hierarchies(s, req, None, C.hierarchy_fingerprints(plpy, list(json.loads(s["hierarchies"]))))
     out = []
     # small statements over one window each: a parallel plan's start-up costs more than it saves
     # (JIT never pays for them either: compiling takes longer than running them)
@@ -479,7 +486,8 @@ def read_window(plpy, s, req, window):
     wreq = dataclasses.replace(req, source=dict(req.source, qname=rows, read=rows), key=request.Key(
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
-    encodings = {n: scan.encode(plpy, h.leaves) for n, h in hierarchies.items()}
+    check_hierarchies(s, req, hierarchies)
+    encodings = scan.encodings(plpy, hierarchies)
     summary = scan.sa_summary(plpy, wreq, hierarchies.get(req.sa.name))
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
@@ -490,6 +498,25 @@ def read_window(plpy, s, req, window):
     columns = [np.asarray(d)[order] for d in data.data]
     qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
     return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
+
+
+def check_hierarchies(s, req, hierarchies, current=None):
+    """55000 when a hierarchy the stream was created with was dropped, redefined or taken over
+    by another role since (docs/security.md, "Hierarchies are shared by name"): an advance must
+    not silently publish with another definition.  Checked on the hierarchies the advance read."""
+    recorded = json.loads(s["hierarchies"]) if s.get("hierarchies") else None
+    if not recorded:
+        return
+    if current is None:                  # {name: fingerprint}, else those of the Hierarchy objects read
+        current = {a.hierarchy_name: getattr(hierarchies.get(a.name), "fingerprint", None) for a in req.attrs
+                   if a.hierarchy_name is not None}
+    changed = C.changed_hierarchies(recorded, {n: f for n, f in current.items() if f is not None})
+    if changed:
+        raise E.not_in_prerequisite_state(
+            'the hierarchies of stream "%s" changed since it was created: %s; nothing was advanced'
+            % (s["name"], ", ".join(changed)),
+            "A stream publishes every advance with the hierarchies it was created with. Restore the definition, "
+            "or drop the stream (sabre_stream_drop) and create it again to accept the new one.")
 
 
 def row_order(window, row_numbers):

@@ -111,11 +111,13 @@ def read(plpy, output, source, quasi_identifiers, sensitive, options) -> Data:
                        "one as <qi> (a hierarchy node), the sensitive attribute unchanged.")
         attrs.append(a)
     source_q, output_q = C.read_sql(src, scols, [a.name for a in attrs]), C.read_sql(out, ocols)
+    named = C.load_hierarchies(plpy, [(hier[a.name], 'for column "%s"' % a.name) for a in attrs
+                                      if not a.numerical and a.name in hier])
     for i, a in enumerate(attrs):
         if a.numerical:
             continue
         if a.name in hier:
-            attrs[i] = replace(a, hierarchy=C.load_hierarchy(plpy, hier[a.name], 'for column "%s"' % a.name))
+            attrs[i] = replace(a, hierarchy=named[hier[a.name]])
         else:
             vals = plpy.execute("SELECT array_agg(v ORDER BY v) AS vs FROM (SELECT DISTINCT %s::text AS v "
                                 "FROM %s AS s WHERE %s IS NOT NULL) d" % (C.qi(plpy, a.name), source_q, C.qi(plpy, a.name)))[0]["vs"]

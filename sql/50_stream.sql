@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS @schema@.streams (
     identity          text NOT NULL,          -- token in the relations' COMMENT
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
+-- the hierarchies the stream uses, {name: {owner, sha256}} at creation: each advance refuses one changed since
+ALTER TABLE @schema@.streams ADD COLUMN IF NOT EXISTS hierarchies jsonb;
 CREATE INDEX IF NOT EXISTS streams_by_name ON @schema@.streams (owner, name);     -- not unique
 COMMENT ON TABLE @schema@.streams IS
     'SABRE_W streams (sabre_stream_create): definition and relations; each role sees its own, '

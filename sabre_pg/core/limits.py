@@ -15,6 +15,7 @@ HIERARCHY_TEXT_BYTES = 4 * 1024 * 1024    # the ARX text, UTF-8 bytes
 HIERARCHY_LEAVES = 100_000                # rows (one per leaf)
 HIERARCHY_HEIGHT = 32                     # levels above the leaves (33 columns per row)
 HIERARCHY_CELLS = 500_000                 # leaves x (height + 1): the labels parsed and stored
+HIERARCHY_CALL_CELLS = 1_000_000         # the labels of every attribute's hierarchy in one call, summed per attribute
 
 # ---- parameter arrays
 ESTIMATE_T_VALUES = 100                   # t values in one sabre_estimate call
