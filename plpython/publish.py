@@ -1,10 +1,12 @@
 """Stage 4 of sabre_anonymize: publish the classes.
 
-1. the run begins in the catalog (``run_begin``: its id and a secret token) and locks the
+1. the run begins in the catalog (``run_begin``: its id and a secret token, bound to the
+   calling role and transaction, expiring) and locks the
    output's row in ``output_locks``, so two runs to one output are serialized (the second
    fails fast); only the role itself can take that lock (``lock_output``);
 2. a previous output is replaced only if a recorded run of the same owner created it and it
-   still carries that run's identity (OID + token in its COMMENT), never by name alone;
+   still carries that run's identity (OID + the run's marker ending its COMMENT, so a name
+   holding a token never matches), never by name alone;
 3. the side table ``<output>_keys``, ``<output>_classes`` and ``<output>`` are built under
    temporary names; rows of a class appear in random order (nothing about source order or
    source values within a class can be read from the physical order);
