@@ -92,8 +92,8 @@ def load(plpy, name, lock=False) -> dict:
         "WITH ORDINALITY AS o(oid, n) JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) o.oid "
         "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
         "WHERE c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relowner OPERATOR(pg_catalog.=) $2 "
-        "AND pg_catalog.strpos(COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), ''), $3) OPERATOR(pg_catalog.>) 0",
-        ["oid[]", "oid", "text"]), [s["state_oids"], s["owner"], s["identity"]])
+        "AND " + carries_identity_sql("c.oid", "$3"),
+        ["oid[]", "oid", "text"]), [s["state_oids"], s["owner"], identity_marker(s["identity"])])
     tables = {r["n"]: r["qname"] for r in found}
     if sorted(tables) != [1, 2, 3]:
         raise E.not_in_prerequisite_state(
@@ -130,8 +130,7 @@ def output_relations(plpy, s) -> list:
     the marker ends its COMMENT (names come before it, so none can supply it)."""
     found = plpy.execute(C.prepared(
         plpy, "SELECT c.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS o(oid) JOIN pg_catalog.pg_class c "
-        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE COALESCE(pg_catalog.right(pg_catalog.obj_description("
-        "c.oid, 'pg_class'), pg_catalog.length($2)) OPERATOR(pg_catalog.=) $2, false)", ["oid[]", "text"]),
+        "ON c.oid OPERATOR(pg_catalog.=) o.oid WHERE " + carries_identity_sql("c.oid", "$2"), ["oid[]", "text"]),
         [s["relation_oids"], identity_marker(s["identity"])])
     return [r["oid"] for r in found]
 
@@ -219,7 +218,7 @@ def create_state(plpy, output, name, identity, suffix="") -> list:
         table = output.qualified(part + suffix)
         plpy.execute("CREATE TABLE %s (%s)" % (table, columns[part]))
         plpy.execute("COMMENT ON TABLE %s IS %s" % (table, plpy.quote_literal(
-            "sabre-pg stream %s: %s (sabre-pg stream identity %s)" % (name, texts[part], identity))))
+            "sabre-pg stream %s: %s" % (name, texts[part]) + identity_marker(identity))))
         publish.owner_only(plpy, table)
         oids.append(plpy.execute(plpy.prepare("SELECT $1::pg_catalog.regclass::pg_catalog.oid AS o", ["text"]),
                                  [table])[0]["o"])
@@ -261,6 +260,13 @@ def output_columns(req) -> tuple[list, list]:
 def identity_marker(identity: str) -> str:
     """The suffix of the COMMENT of a stream's relations that carries its identity."""
     return " (sabre-pg stream identity %s)" % identity
+
+
+def carries_identity_sql(oid: str, marker: str) -> str:
+    """SQL: the relation ``oid``'s COMMENT ends with ``marker`` (:func:`identity_marker`, a
+    parameter): the whole suffix, never a substring, so a name written before it cannot supply it."""
+    return ("COALESCE(pg_catalog.right(pg_catalog.obj_description(%s, 'pg_class'), pg_catalog.length(%s)) "
+            "OPERATOR(pg_catalog.=) %s, false)" % (oid, marker, marker))
 
 
 def create_outputs(plpy, req, name, identity) -> list:
