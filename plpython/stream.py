@@ -46,6 +46,7 @@ from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.sabre import QuasiIdentifier
 
 from . import common as C
+from . import cron
 from . import errors as E
 from . import publish, request, scan
 
@@ -736,8 +737,7 @@ def drop(plpy, name, purge):
     (only those that still carry the stream's identity)."""
     s = load(plpy, name, lock=True)
     if s["cron_job"] is not None:
-        from . import schedule
-        schedule.unschedule_job(plpy, s["cron_job"])
+        cron.unschedule_job(plpy, s["cron_job"])
     if purge:
         oids = output_relations(plpy, s)
         if oids:
