@@ -39,7 +39,11 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
                 encodings = scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock)
-        return _anonymize(plpy, req, hierarchies, encodings, clock)
+        with clock.phase("summary"):
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+        if partition.automatic(req, summary.rows):      # a large table: parts (docs/scale-out.md)
+            return partition.run(plpy, req, clock, summary=summary)
+        return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary)
 
 
 def run_part(plpy, req, into: publish.Into) -> int:
@@ -53,10 +57,11 @@ def run_part(plpy, req, into: publish.Into) -> int:
         return _anonymize(plpy, req, hierarchies, encodings, Stopwatch(), into)
 
 
-def _anonymize(plpy, req, hierarchies, encodings, clock, into=None):
-    """Stages 2-4 for one SA."""
+def _anonymize(plpy, req, hierarchies, encodings, clock, into=None, summary=None):
+    """Stages 2-4 for one SA (``summary``: the SA summary when the caller already has it)."""
     with clock.phase("summary"):
-        summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+        if summary is None:
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
         plan = _plan(req, summary)
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
