@@ -600,8 +600,7 @@ def _finish(plpy, req, run, prev, built, written, clock, n_parts, auto_rows=None
     with clock.phase("build_output"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
-        plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
-            C.ident(req.output.temporary(run.run_id, "k_idx")), built["_keys"]))
+        publish.index_keys(plpy, req, run, built["_keys"])
         publish.owner_only(plpy, built["_keys"])
         # (statistics, so the exactly-once check hashes the keys: without them the planner
         # guessed 200 keys and probed the source's index once per row, 12 s at 1M rows)

@@ -9,9 +9,10 @@ census-like table ``public.bench_census_<rows>`` (generated once, reused):
    of ``sabre.runs.phases``, ``sabre.runs.partitions`` (automatic partitions) and the
    backend's peak memory (``VmHWM`` of ``/proc/<pg_backend_pid()>/status``: the cluster must
    be local and the bench connect as a superuser or the server's OS user);
-2. right after, in another fresh backend, the copy: ``CREATE TABLE ... AS SELECT * FROM`` the
+2. right after, in other fresh backends, the copy: ``CREATE TABLE ... AS SELECT * FROM`` the
    same table (its time and VmHWM), then dropped; the ratio run / copy is the figure of merit
-   (targets: the default method <= 5, 'ak' <= 4 at 1M rows).
+   (targets: the default method <= 5, 'ak' <= 4 at 1M rows); and each I/O phase's own floor
+   (:func:`floors`: a COPY of the same columns, a CTAS of the same rows or join) and the ratio.
 
 The load average is recorded with every measurement: timings on a shared machine say so.
 Used by ``benchmarks/bench_db.py`` and ``sabre-pg bench --speed``.
@@ -132,11 +133,64 @@ def time_copy(dsn: str, table: str) -> dict:
     return {"wall": wall, "mem": mem, "load": load}
 
 
+def _timed(conn, statement, params=None, copy: bool = False) -> float:
+    t0 = time.perf_counter()
+    if copy:
+        with conn.cursor() as cur, cur.copy(statement, params) as cp:
+            for _ in cp:
+                pass
+    else:
+        conn.execute(statement, params)
+    return time.perf_counter() - t0
+
+
+def floors(dsn: str, run_id: int, table: str, schema: str = "sabre") -> dict:
+    """Each I/O phase's own floor, right after the run (its relations exist), in a fresh backend:
+    what moving the same rows costs without sabre.  {phase: seconds}:
+
+    - ``summary``: ``SELECT salary, count(*) ... GROUP BY`` of the source;
+    - ``read``: ``COPY (SELECT id, the QIs, the SA FROM source) TO STDOUT (FORMAT binary)``;
+    - ``write_keys``: ``CREATE UNLOGGED TABLE AS SELECT *`` of ``<output>_keys``;
+    - ``build_classes``: ``CREATE TABLE AS SELECT *`` of ``<output>_classes``;
+    - ``build_output``: ``CREATE TABLE AS SELECT *`` of ``<output>`` (``build_output_join``: the CTAS
+      of the join source x side table x classes that would build it from the source);
+    - ``check``: ``COPY (SELECT ec_id, SA FROM <output>) TO STDOUT (FORMAT binary)``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        out = conn.execute(sql.SQL("SELECT output_name FROM {}.runs WHERE run_id = %s").format(
+            sql.Identifier(schema)), (run_id,)).fetchone()[0]
+        gen = [r[0] for r in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+            "AND attname NOT IN ('ec_id', %s) ORDER BY attnum", (out, CENSUS_SENSITIVE)).fetchall()]
+        src = sql.SQL("public.{}").format(sql.Identifier(table))
+        rel = {suffix: sql.SQL(out[:-1] + suffix + '"' if out.endswith('"') else out + suffix)
+               for suffix in ("", "_classes", "_keys")}
+        tmp = sql.Identifier(f"bench_floor_tmp_{os.getpid()}")
+        cols = sql.SQL(", ").join(map(sql.Identifier, ["id"] + list(CENSUS_QIS) + [CENSUS_SENSITIVE]))
+        sa = sql.Identifier(CENSUS_SENSITIVE)
+        found = {"summary": _timed(conn, sql.SQL("SELECT {}, count(*) FROM {} GROUP BY 1").format(sa, src)),
+                 "read": _timed(conn, sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT (FORMAT binary)").format(cols, src),
+                                copy=True)}
+        for phase, suffix, unlogged in (("write_keys", "_keys", True), ("build_classes", "_classes", False),
+                                        ("build_output", "", False)):
+            found[phase] = _timed(conn, sql.SQL("CREATE {}TABLE public.{} AS SELECT * FROM {}").format(
+                sql.SQL("UNLOGGED " if unlogged else ""), tmp, rel[suffix]))
+            conn.execute(sql.SQL("DROP TABLE public.{}").format(tmp))
+        found["build_output_join"] = _timed(conn, sql.SQL(
+            "CREATE TABLE public.{} AS SELECT k.ec_id, {}, s.{} FROM {} s JOIN {} k ON k.key = s.id "
+            "JOIN {} c ON c.ec_id = k.ec_id").format(
+                tmp, sql.SQL(", ").join(sql.SQL("c.{}").format(sql.Identifier(g)) for g in gen), sa, src,
+                rel["_keys"], rel["_classes"]))
+        conn.execute(sql.SQL("DROP TABLE public.{}").format(tmp))
+        found["check"] = _timed(conn, sql.SQL("COPY (SELECT ec_id, {} FROM {}) TO STDOUT (FORMAT binary)").format(
+            sa, rel[""]), copy=True)
+    return {k: round(v, 4) for k, v in found.items()}
+
+
 def mb(mem: dict | None, key: str = "VmHWM") -> str:
     return "n/a" if not mem or key not in mem else f"{mem[key]:.0f} MB"
 
 
-def describe(rows: int, r: dict, copy: dict) -> str:
+def describe(rows: int, r: dict, copy: dict, floor: dict | None = None) -> str:
     """Lines of one measurement (a run and its copy)."""
     ratio = r["wall"] / copy["wall"] if copy["wall"] > 0 else float("inf")
     target = TARGETS.get(r["method"]) if rows >= 1_000_000 else None
@@ -152,12 +206,17 @@ def describe(rows: int, r: dict, copy: dict) -> str:
         f"             VmHWM {mb(r['mem_after'])} (before the run {mb(r['mem_before'])}); copy's VmHWM "
         f"{mb(copy['mem'])}",
         "             phases (s) " + "  ".join(f"{p} {r['phases'][p]:.2f}" for p in phase_order(r["phases"])),
-    ])
+    ] + ([] if not floor else [
+        "             phase / its floor: " + "  ".join(
+            f"{p} {r['phases'][p]:.2f}/{floor[p]:.2f} = {r['phases'][p] / floor[p]:.1f}x"
+            for p in phase_order(floor) if p in r["phases"] and floor[p] > 0)
+        + f"  (CTAS of the join source x keys x classes {floor['build_output_join']:.2f})"]))
 
 
 def run_speed(dsn: str, sizes, methods=METHODS, repeat: int = 1, schema: str = "sabre", regenerate: bool = False,
-              echo=print) -> list:
-    """Every method at every size, ``repeat`` times, each followed by its copy; the records."""
+              echo=print, with_floors: bool = True) -> list:
+    """Every method at every size, ``repeat`` times, each followed by its copy and (``with_floors``)
+    its phases' floors; the records."""
     results = []
     for rows in sizes:
         table, hierarchies, note = ensure_table(dsn, rows, schema, regenerate)
@@ -166,9 +225,10 @@ def run_speed(dsn: str, sizes, methods=METHODS, repeat: int = 1, schema: str = "
             for method in methods:
                 r = time_anonymize(dsn, table, hierarchies, schema, method)
                 copy = time_copy(dsn, table)
-                echo(describe(rows, r, copy))
+                floor = floors(dsn, r["run_id"], table, schema) if with_floors else None
+                echo(describe(rows, r, copy, floor))
                 results.append({"rows": rows, "table": table, "method": method, "anonymize": r, "copy": copy,
-                                "ratio": r["wall"] / copy["wall"]})
+                                "ratio": r["wall"] / copy["wall"], "floors": floor})
     return results
 
 
