@@ -39,7 +39,13 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
                 encodings = scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock, run_part)
-        return _anonymize(plpy, req, hierarchies, encodings, clock)
+        with clock.phase("summary"):
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+            auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)
+            plan = None if auto else _plan(req, summary)
+        if auto:
+            return partition.run(plpy, req, clock, run_part, summary=summary)
+        return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary, plan=plan)
 
 
 def run_part(plpy, req, into: publish.Into) -> int:
@@ -53,11 +59,13 @@ def run_part(plpy, req, into: publish.Into) -> int:
         return _anonymize(plpy, req, hierarchies, encodings, Stopwatch(), into)
 
 
-def _anonymize(plpy, req, hierarchies, encodings, clock, into=None):
-    """Stages 2-4 for one SA."""
-    with clock.phase("summary"):
-        summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
-        plan = _plan(req, summary)
+def _anonymize(plpy, req, hierarchies, encodings, clock, into=None, summary=None, plan=None):
+    """Stages 2-4 for one SA (``summary`` and ``plan``: the SA summary and SABRE's plan on it
+    when the caller made them, timed in its "summary" phase)."""
+    if plan is None:
+        with clock.phase("summary"):
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+            plan = _plan(req, summary)
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     clock.phases["summary"] -= sum(plan.phases.values())

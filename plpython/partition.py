@@ -95,16 +95,26 @@ def partitions_option(req) -> int | None:
     return n
 
 
-def split(plpy, req, summary, n: int) -> list:
+def automatic(req, rows: int) -> bool:
+    """Whether a plain run (no options.partitions) over ``rows`` rows goes in parts: more rows
+    than options.auto_partition_rows (0: never), one SA and a numerical QI to cut on
+    (docs/scale-out.md, "Automatic partitions")."""
+    limit = req.options.auto_partition_rows
+    return bool(limit) and rows > limit and not req.sas and any(a.numerical for a in req.qis)
+
+
+def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
     """At most ``n`` parts (fewer when no further cut keeps t / 2 of the budget): the largest
-    open part is cut next, all in numpy over the table's cells (:func:`_cells`, one scan)."""
+    open part is cut next, all in numpy over the table's cells (:func:`_cells`, one scan).
+    ``max_rows`` (automatic partitions): cutting goes on past ``n`` while a part that can be
+    cut has more rows (up to MAX_PARTS parts)."""
     nums = [a for a in req.qis if a.numerical]
     if not nums:
         raise E.invalid_parameter("a partitioned run needs a numerical quasi-identifier to cut on",
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
     bounds = _spans(plpy, req, nums, root)
-    if n < 2:
+    if n < 2 and not (max_rows and root.rows > max_rows):
         return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts))]
     cells = _cells(plpy, req, summary, nums, bounds)
     if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
@@ -112,6 +122,8 @@ def split(plpy, req, summary, n: int) -> list:
     root.cells = np.arange(len(cells.n))
     ctx = _Split(plpy, req, summary, nums, [(hi - lo) or 1.0 for lo, hi in bounds], cells)
     leaves = _grow(ctx, [root], n, LOOKAHEAD_CUTS if n <= LOOKAHEAD_PARTS else 0)
+    if max_rows:
+        leaves = _grow(ctx, leaves, MAX_PARTS, max_rows=max_rows)
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
                  _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
 
@@ -127,12 +139,13 @@ class _Split:
     cells: "_Cells"
 
 
-def _grow(ctx, leaves: list, n: int, lookahead: int = 0) -> list:
+def _grow(ctx, leaves: list, n: int, lookahead: int = 0, max_rows: int = 0) -> list:
     """The leaves after cutting the largest open one until ``n`` (or none can be cut).  For the
     first ``lookahead`` cuts, each of the ``LOOKAHEAD`` most balanced cuts that pass is followed
     by the plain split (no lookahead) to ``n`` leaves, and the cut whose finished split has the
     smallest largest leaf is taken (the most balanced on ties).  As the plain split's own cut is
-    among them, the result's largest leaf is never above the plain split's."""
+    among them, the result's largest leaf is never above the plain split's.  ``max_rows``: stop
+    as soon as no open leaf has more rows."""
     leaves = [replace(leaf) for leaf in leaves]        # ``final`` is set on these copies only
     while len(leaves) < n:
         checkpoint()
@@ -140,6 +153,8 @@ def _grow(ctx, leaves: list, n: int, lookahead: int = 0) -> list:
         if not open_:
             break
         leaf = max(open_, key=lambda x: x.rows)
+        if leaf.rows <= max_rows:
+            break
         at = next(j for j, x in enumerate(leaves) if x is leaf)
         options = [_sides(ctx, leaf, *cut) for cut in _cuts(ctx, leaf, LOOKAHEAD if lookahead > 0 else 1)]
         if not options:
@@ -365,22 +380,25 @@ def _changed():
 
 
 # ---------------------------------------------------------------------------- plan and parts
-PART_OPTIONS_DROPPED = ("partitions", "labels", "refresh", "replace", "cascade", "lock_timeout")
+PART_OPTIONS_DROPPED = ("partitions", "auto_partition_rows", "labels", "refresh", "replace", "cascade",
+                        "lock_timeout")
 
 
-def plan(plpy, req, n: int):
+def plan(plpy, req, n: int, summary=None, max_rows: int | None = None):
     """(the table's SA summary, the parts with their budgets, output names and, with several
-    parts, the tables holding their rows)."""
-    hierarchy = None
-    if req.sa.hierarchy_name is not None:
-        hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
-    summary = scan.sa_summary(plpy, req, hierarchy)
+    parts, the tables holding their rows).  ``summary``: the SA summary when the caller has it;
+    ``max_rows``: see :func:`split`."""
+    if summary is None:
+        hierarchy = None
+        if req.sa.hierarchy_name is not None:
+            hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
+        summary = scan.sa_summary(plpy, req, hierarchy)
     if summary.rows < req.k:
         raise E.invalid_parameter("k = %d exceeds the %d rows of the source" % (req.k, summary.rows),
                                   "Every equivalence class needs at least k rows.")
     tag = secrets.token_hex(TAG_BYTES)
     with C.settings(plpy, jit="off"):      # (aggregate scans: JIT compiles for seconds, saves none)
-        found = split(plpy, req, summary, n)
+        found = split(plpy, req, summary, n, max_rows)
         name = "sabre_part_%s_%d"
         parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
                       C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "",
@@ -453,17 +471,23 @@ def anonymize_part(plpy, req, part: Part, j: int, into, run_part) -> int:
     return classes
 
 
-def run(plpy, req, clock: Stopwatch, run_part):
+def run(plpy, req, clock: Stopwatch, run_part, summary=None):
     """sabre_anonymize with options.partitions: split, then each part in turn (``run_part``:
     ``anonymize.run_part``) written straight into the run's relations (class ids offset by the
     classes before it, so the parts' union is never copied), checked against the whole table,
-    swapped in as one output."""
+    swapped in as one output.  Without options.partitions (automatic partitions,
+    :func:`automatic`; ``summary`` is the table's SA summary): as many parts as
+    options.auto_partition_rows asks, cut further until none that can be cut has more rows."""
     n = partitions_option(req)
+    auto = n is None
+    max_rows = req.options.auto_partition_rows if auto else None
+    if auto:
+        n = min(MAX_PARTS, -(-summary.rows // max_rows))
     if req.sas:
         raise E.invalid_parameter("options.partitions takes one sensitive attribute",
                                   "Run the several-SA overload without options.partitions.")
     with clock.phase("summary"):           # the split: aggregates only
-        summary, parts = plan(plpy, req, n)
+        summary, parts = plan(plpy, req, n, summary, max_rows)
     with clock.phase("read"):              # each part's rows into a table of their own (stage_rows)
         stage_rows(plpy, req, parts)
     run_ = publish.begin(plpy, req)
@@ -482,7 +506,7 @@ def run(plpy, req, clock: Stopwatch, run_part):
         with clock.phase("build_output"):
             publish.execute(plpy, _union_sql(plpy, built["_classes"], [written_by_parts], "_classes", written))
             plpy.execute("DROP TABLE %s" % written_by_parts["_classes"])
-        return _finish(plpy, req, run_, prev, built, written, clock, len(parts))
+        return _finish(plpy, req, run_, prev, built, written, clock, len(parts), max_rows)
 
 
 # ---------------------------------------------------------------------------- publish
@@ -569,14 +593,14 @@ def _publish_parts(plpy, req, outputs, clock, summary):
     return _finish(plpy, req, run, prev, built, written, clock, len(outputs))
 
 
-def _finish(plpy, req, run, prev, built, written, clock, n_parts):
+def _finish(plpy, req, run, prev, built, written, clock, n_parts, auto_rows=None):
     """The run's relations ``built`` (checked against the table: ``written``) indexed, checked
-    to hold every source row once, swapped in and recorded."""
+    to hold every source row once, swapped in and recorded.  ``auto_rows``: the threshold of
+    automatic partitions (the options are then recorded as given, so a refresh decides again)."""
     with clock.phase("build_output"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
-        plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
-            C.ident(req.output.temporary(run.run_id, "k_idx")), built["_keys"]))
+        publish.index_keys(plpy, req, run, built["_keys"])
         publish.owner_only(plpy, built["_keys"])
         # (statistics, so the exactly-once check hashes the keys: without them the planner
         # guessed 200 keys and probed the source's index once per row, 12 s at 1M rows)
@@ -588,7 +612,9 @@ def _finish(plpy, req, run, prev, built, written, clock, n_parts):
         publish.comment(plpy, req, run)
     sizes = written.sizes
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
-             "method": req.method, "options": {**req.options.given, "partitions": n_parts},
+             "method": req.method,
+             "options": dict(req.options.given) if auto_rows else {**req.options.given, "partitions": n_parts},
+             "partitions": partitions_fact(n_parts, auto_rows),
              "rows": int(sizes.sum()), "classes": len(sizes), "buckets": None, "u": None,
              "min_class_size": int(sizes.min()), "max_class_size": int(sizes.max()),
              "max_emd": written.max_emd, "ail": None, "discernibility": int((sizes ** 2).sum()),
@@ -610,6 +636,15 @@ class Written:
     @property
     def max_emd(self) -> float:
         return float(self.emd.max()) if len(self.emd) else 0.0
+
+
+def partitions_fact(n_parts: int, auto_rows=None) -> dict:
+    """``sabre.runs.partitions`` of a run in parts: how many, and whether they were chosen
+    automatically (with the threshold in rows that chose them)."""
+    fact = {"parts": n_parts, "automatic": bool(auto_rows)}
+    if auto_rows:
+        fact["auto_partition_rows"] = auto_rows
+    return fact
 
 
 def check_against_table(plpy, req, relations, summary) -> Written:

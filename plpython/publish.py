@@ -34,6 +34,10 @@ from . import labels
 from . import transfer as T
 
 SUBSCRIPT_LABELS = 256         # hierarchies with at most this many nodes label by array subscript
+# methods whose classes are runs of the Hilbert order: their side table gets the btree on (bucket,
+# hilbert_key) in the run; for the others ('refine', 'mondrian') the rows are written in that order
+# and the index is left out (a quarter of write_keys; nothing sabre runs reads it; docs/anonymize.md)
+HILBERT_METHODS = ("ak", "knn")
 EXACT_TYPES = C.INTEGER_TYPES + ("float4", "float8", "date")
 
 
@@ -182,10 +186,16 @@ def write_keys(plpy, req, run, keys, result, into: Into | None = None):
         return into.tables["_keys"]
     table = req.output.temporary_qualified(run.run_id, "k")
     execute(plpy, keys_sql(table, req.key, keys, result))
-    plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
-        C.ident(req.output.temporary(run.run_id, "k_idx")), table))
+    index_keys(plpy, req, run, table)
     owner_only(plpy, table)
     return table
+
+
+def index_keys(plpy, req, run, table):
+    """The side table's btree on (bucket, hilbert_key), for the Hilbert methods only."""
+    if req.method in HILBERT_METHODS:
+        plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
+            C.ident(req.output.temporary(run.run_id, "k_idx")), table))
 
 
 def execute(plpy, statement):
@@ -569,7 +579,8 @@ def _oid(plpy, table):
 def _rename(plpy, req, run, built):
     out = req.output
     for suffix, tag, name in (("_classes", "c_pkey", "_classes_pkey"), ("_keys", "k_idx", "_keys_idx")):
-        if suffix in built:         # (sabre_instant builds the output alone)
+        if suffix in built and (suffix != "_keys" or req.method in HILBERT_METHODS):
+            # (sabre_instant builds the output alone; index_keys: the Hilbert methods' index)
             plpy.execute("ALTER INDEX %s RENAME TO %s" % (out.temporary_qualified(run.run_id, tag),
                                                           C.ident(out.name + name)))
     for suffix, table in built.items():

@@ -19,7 +19,8 @@ from . import common as C
 from . import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
-               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search", "threads")
+               "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search", "threads",
+               "auto_partition_rows")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
 MAX_THREADS = 64
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
@@ -82,6 +83,7 @@ class Options:
     labels: bool = False           # the view <output>_labels (labels.py)
     search: str = "fast"           # method 'refine': cut search setting (core/cut_search.py)
     threads: int = 1               # method 'refine': threads of the cut search (core/refine.py)
+    auto_partition_rows: int = limits.AUTO_PARTITION_ROWS   # a larger plain run goes in parts (0: never)
 
 
 @dataclass(frozen=True)
@@ -262,8 +264,12 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
     threads = _integer(given, "threads", 1, 1, MAX_THREADS,
                        "method 'refine' searches a large table in this many threads of the backend (default 1: "
                        "measured, 2 threads were no faster at 1M rows on 2 cores).")
+    auto_rows = _integer(given, "auto_partition_rows", limits.AUTO_PARTITION_ROWS, 0, 2 ** 62,
+                         "A run over more rows than this is split into parts of at most this many rows, so a "
+                         "backend's memory stays bounded (default %d; 0 never splits; docs/scale-out.md)."
+                         % limits.AUTO_PARTITION_ROWS)
     return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given,
-                   labels, search, threads)
+                   labels, search, threads, auto_rows)
 
 
 def _keep(keep, columns, qis) -> tuple:

@@ -45,6 +45,8 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
                       help="two SAs against each alone and Mondrian instead")
     mode.add_argument("--stream", action="store_true",
                       help="the stream experiment instead (SABRE_W, Figs 15-16)")
+    mode.add_argument("--speed", action="store_true",
+                      help="plain calls per method against a plain copy: time, phases, VmHWM (--sizes)")
     p.add_argument("--quick", action="store_true", help="small n and few points (under a minute)")
     p.add_argument("--full", action="store_true", help="with --stream: the full sizes (500k rows)")
     p.add_argument("--rows", type=int, metavar="N", help="n of the main configuration")

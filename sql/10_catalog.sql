@@ -100,6 +100,9 @@ ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS max_emds double precision[];
 -- the hierarchies the run used: {name: {owner, sha256}}; sabre_refresh refuses one redefined since
 -- (issue 25, finding 7; NULL for runs recorded before)
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS hierarchies jsonb;
+-- a run in parts (docs/scale-out.md): {"parts": n, "automatic": bool[, "auto_partition_rows": rows]};
+-- NULL for a run in one piece (issue 26: a plain call over a large table goes in parts by itself)
+ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS partitions jsonb;
 
 COMMENT ON TABLE @schema@.runs IS
     'One row per successful sabre_anonymize call (a failed call rolls back and leaves no row); '
@@ -288,7 +291,8 @@ BEGIN
         run_id, source, source_oid, output_name, output_oid, keys_table, relations, relation_oids,
         identity, quasi_identifiers, sensitive, t, k, method, options, status, started_at,
         finished_at, rows, classes, buckets, u, min_class_size, max_class_size, max_emd, ail,
-        discernibility, phases, seconds, run_by, sensitive_attributes, t_values, max_emds, hierarchies)
+        discernibility, phases, seconds, run_by, sensitive_attributes, t_values, max_emds, hierarchies,
+        partitions)
     SELECT run_record.run_id, source::pg_catalog.text, source, output::pg_catalog.text, output,
            relations[pg_catalog.array_length(relations, 1)]::pg_catalog.text,
            (SELECT pg_catalog.array_agg(r::pg_catalog.text) FROM pg_catalog.unnest(relations) AS r),
@@ -309,7 +313,7 @@ BEGIN
               FROM pg_catalog.jsonb_array_elements_text(facts->'t_values') WITH ORDINALITY AS a(x, i)),
            (SELECT pg_catalog.array_agg(x::pg_catalog.float8 ORDER BY i)
               FROM pg_catalog.jsonb_array_elements_text(facts->'max_emds') WITH ORDINALITY AS a(x, i)),
-           facts->'hierarchies';
+           facts->'hierarchies', facts->'partitions';
 END
 $fn$;
 COMMENT ON FUNCTION @schema@.run_record(bigint, regclass, regclass[], regclass, jsonb) IS

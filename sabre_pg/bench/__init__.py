@@ -131,6 +131,8 @@ def main(args) -> int:
         return instant_main(args, opts, schema, out)
     if opts.multi_sa:
         return multi_sa_main(args, opts, schema, out)
+    if getattr(opts, "speed", False):
+        return speed_main(args, opts, schema, out)
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
         if opts.stream:
@@ -168,6 +170,26 @@ def multi_sa_main(args, opts, schema: str, out: Path) -> int:
         cfg["rows"] = opts.rows
     return run_experiment(args, schema, "--multi-sa", out, "multi_sa.json, multi_sa.md, fig_multi_sa.png",
                           lambda conn: multi_sa.run_multi_sa_bench(conn, cfg, out, schema, opts.seed, opts.keep))
+
+
+def speed_main(args, opts, schema: str, out: Path) -> int:
+    """``sabre-pg bench --speed`` (:mod:`sabre_pg.bench.speed`): each method's plain call against a
+    plain copy of the same table at each size of --sizes (default 100000,1000000; --quick 100000)."""
+    import json
+
+    from sabre_pg.bench import speed
+    from sabre_pg.connect import resolve_dsn
+
+    sizes = [int(x) for x in (opts.sizes or ("100000" if opts.quick else "100000,1000000")).split(",") if x.strip()]
+    if opts.rows and not opts.sizes:
+        sizes = [opts.rows]
+    results = speed.run_speed(resolve_dsn(args), sizes, speed.METHODS, 1, schema,
+                              echo=lambda text: print(text, flush=True))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "speed.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "speed.md").write_text(speed.curve_table(results) + "\n")
+    print(f"bench --speed finished; results in {out}/ (speed.json, speed.md)")
+    return 0
 
 
 def run_experiment(args, schema: str, flag: str, out: Path, files: str, run) -> int:

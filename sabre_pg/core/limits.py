@@ -24,6 +24,10 @@ QUASI_IDENTIFIERS = 256                   # quasi-identifiers in one call
 WORKLOAD_QUERIES = 1_000_000              # queries of sabre_query_error(_stats)
 KL_CUBOIDS = 10_000                       # cuboids of sabre_kl_cuboids / sabre_kl_divergence
 PARTS = 4096                              # options.partitions, and the parts sabre_publish_parts takes
+# a plain run over more rows is split into parts of at most this many (options.auto_partition_rows,
+# docs/scale-out.md "Automatic partitions"): the default keeps a backend near 1.3 GB at its peak
+# (about 600 bytes per row of the largest part, measured at 1M rows), under a 2 GiB budget
+AUTO_PARTITION_ROWS = 2_000_000
 WORKLOAD_MAX_CELLS = 64_000_000           # options.max_cells of the utility measures (default 8,000,000)
 WORKLOAD_MAX_BINS = 65_536                # options.max_bins of the utility measures (default 1,024)
 

@@ -8,7 +8,7 @@ The output contract checked here (see sql/20_api.sql):
 ``<output>``: ec_id bigint, ``<qi>_lo``/``<qi>_hi`` in the source type per numerical QI,
 ``<qi>`` text (a hierarchy node) per categorical QI, the SA unchanged, the ``keep`` columns;
 ``<output>_classes``: ec_id, size, emd + the generalized columns; side table
-``<output>_keys`` (key, bucket, hilbert_key, ec_id) with a btree on (bucket, hilbert_key);
+``<output>_keys`` (key, bucket, hilbert_key, ec_id), with a btree on (bucket, hilbert_key) for 'ak' and 'knn';
 one ``sabre.runs`` row per successful run.
 """
 from __future__ import annotations
@@ -187,7 +187,9 @@ def check_output_contract(conn, *, source, output, qis, sensitive, t, k, method,
         "AS x(attnum, ord) JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = x.attnum "
         "ORDER BY x.ord) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "JOIN pg_am am ON am.oid = c.relam WHERE i.indrelid = %s::regclass", (keys,)).fetchall()
-    assert ("btree", ["bucket", "hilbert_key"]) in [(a, list(c)) for a, c in idx]
+    # the btree on (bucket, hilbert_key) for the Hilbert methods only (issue 26: a quarter of
+    # write_keys, read by nothing); the rows are in that order either way
+    assert (("btree", ["bucket", "hilbert_key"]) in [(a, list(c)) for a, c in idx]) == (method in ("ak", "knn"))
     # no temporary tables left behind
     assert not [r for r in relations(conn) if r[1].startswith("sabre_tmp_") and r[2] == "r"]
 
