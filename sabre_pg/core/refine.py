@@ -35,7 +35,6 @@ import numpy as np
 from .checkpoint import checkpoint, map_checked
 from .cut_search import cut_search, run_ranks
 from .generalize import ECIndex, stable_argsort
-from .heap import kept_heap
 from .emd import SADomain
 from .hilbert import hilbert_keys
 from .mondrian import Partitioner
@@ -67,16 +66,7 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
 
     ``threads`` > 1: a table of at least :data:`THREAD_ROWS` rows is searched and rescued in
     that many threads (:func:`search_threads`); the classes are the same as with one.
-    ``key_order``: ``np.argsort(keys, kind="stable")`` when the caller has it.
-
-    The work runs in :func:`.heap.kept_heap` (freed arrays' memory reused, not mapped anew)."""
-    with kept_heap():
-        return _refine(qis, sa_codes, domain, t, k, classes, keys, emd_weight, search, merges,
-                       rescue, threads, key_order)
-
-
-def _refine(qis, sa_codes, domain, t, k, classes, keys, emd_weight, search, merges, rescue,
-            threads, key_order) -> np.ndarray:
+    ``key_order``: ``np.argsort(keys, kind="stable")`` when the caller has it."""
     if keys is None:
         keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     # rows stored in key order: a partition's rows lie close together in memory (the search
