@@ -196,29 +196,26 @@ def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, p
     """Every order (rows grouped by partition: ``owners``, each partition of ``present[j]``
     with all of its ``sizes`` rows, in partition order) with each partition's rows split
     stably, those with ``right[row] == 0`` first (``n_right`` of them are not): value order
-    is kept inside both parts, in linear time (no sort).  With ``cl`` the left rows of the
-    order up to row i (inclusive), a left row goes to ``cl - 1`` plus the right rows of the
-    partitions before its own; a right row to ``i - cl`` plus the left rows up to its own
-    partition's end.  Returns the orders and the new partition of their rows,
-    ``new_owner[2 * owner + side]``."""
+    is kept inside both parts, in linear time, by sequential passes only (no sort, no
+    scatter).  The order's left rows and its right rows, each taken in order, are two blocks;
+    the output is, per partition, its run of the left block then its run of the right one,
+    gathered by one ``take`` whose index is the output position plus a shift per run.
+    Returns the orders and the new partition of their rows, ``new_owner[2 * owner + side]``."""
     n_left = sizes - n_right
 
     def split(o, owner, here):
-        r = right[o]
         if not len(o):
             return o, owner
-        n_r, n_l = np.where(here, n_right, 0), np.where(here, n_left, 0)
-        base = np.empty((len(sizes), 2), dtype=np.int64)
-        base[:, 0] = np.cumsum(n_r) - n_r - 1            # right rows before, less one
-        base[:, 1] = np.cumsum(n_l)                      # left rows up to its end
-        cell = 2 * owner + r
-        cl = np.cumsum(r ^ 1, dtype=np.int64)
-        shift = np.where(r.view(bool), np.arange(len(o)) - cl, cl)
-        dest = base.ravel()[cell] + shift
-        out, out_owner = np.empty_like(o), np.empty_like(owner)
-        out[dest] = o
-        out_owner[dest] = new_owner[cell]
-        return out, out_owner
+        r = right[o].view(bool)
+        q = np.flatnonzero(here)
+        nl, nr = n_left[q], n_right[q]
+        runs = np.stack((nl, nr), axis=1).ravel()          # per partition: left run, right run
+        src = np.stack((np.cumsum(nl) - nl, np.cumsum(nr) - nr + int(nl.sum())), axis=1).ravel()
+        run = _segment_ids(runs)
+        at = (src - (np.cumsum(runs) - runs))[run]
+        at += np.arange(len(o))
+        out = np.concatenate((o[~r], o[r]))[at]
+        return out, new_owner[np.stack((2 * q, 2 * q + 1), axis=1).ravel()][run]
 
     return tuple(list(x) for x in zip(*pmap(split, orders, owners, present))) if orders else ([], [])
 
