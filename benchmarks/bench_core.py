@@ -68,7 +68,7 @@ def worker(spec: dict) -> dict:
         res = anonymize(qis, codes, domain, spec["t"], spec["k"], method=spec["method"],
                         takeout=spec["takeout"], seed=spec["seed"])
         cpu = time.process_time() - cpu
-        s = res.summary(spec["k"])
+        s = res.metrics()
         runs.append({"phases": dict(res.phases), "cpu_seconds": cpu, "ail": s["ail"], "classes": s["classes"],
                      "max_emd": s["max_emd"], "min_class_size": s["min_class_size"],
                      "max_class_size": s["max_class_size"], "buckets": s["buckets"]})
