@@ -93,9 +93,9 @@ def run_config(name: str, spec: dict) -> dict:
 def report(r: dict) -> str:
     ph = r["phases"]
     lines = [
-        f"== {r['config']}: SABRE-{r['method'].upper()}"
+        f"== {r['config']}: "
+        + ("refine (the default method)" if r["method"] == "refine" else f"SABRE-{r['method'].upper()}")
         + (f" takeout={r['takeout']}" if r["method"] == "ak" else "")
-        + (" (refine)" if r["method"] == "refine" else "")
         + f", {r['rows']:,} tuples, 7 QIs, {r['sa_values']} SA values, t = {r['t']}, k = {r['k']}",
         "   phases (s)  " + "  ".join(f"{p} {ph[p]:.3f}" for p in PHASES if p in ph)
         + f"   CPU {r['cpu_seconds']:.3f} s   load {r['load']:.1f}",
