@@ -6,6 +6,9 @@ Configurations (each in a fresh subprocess, so peak RSS figures do not mix):
 * ``ak-sweep``   SABRE-AK, default takeout (seeds in Hilbert order), ``--rows`` tuples
 * ``ak-random``  SABRE-AK, the paper's random seeds (``takeout='random'``), ``--rows`` tuples
 * ``knn``        SABRE-KNN, ``--knn-rows`` tuples
+* ``refine``     the default method (t-Mondrian with a searched cut, :mod:`sabre_pg.core.refine`),
+                 each of ``--refine-rows`` (default 1M and 3M tuples); its ``refine`` phase is
+                 the core (issue 26: the core's speed, docs/evaluation.md "Speed of the core")
 
 Data: ``sabre_pg.synthetic.census(n)``: 7 QIs (age, sex, education, marital, race,
 workclass, birthplace), numerical SA salary with 50 values; t = 0.35, k = 6.
@@ -16,6 +19,7 @@ Per configuration it prints the per-phase seconds of ``sabre_pg.core.sabre.anony
 ``rss_data`` after the data is generated, ``rss_peak`` after the runs (MB).
 
     python benchmarks/bench_core.py [--rows 1000000] [--knn-rows 100000] [--repeat 1]
+                                    [--refine-rows 1000000,3000000]
                                     [--t 0.35] [-k 6] [--only ak-sweep,knn] [--json out.json]
 """
 from __future__ import annotations
@@ -39,6 +43,7 @@ CONFIGS = {
     "ak-sweep": {"method": "ak", "takeout": "sweep", "rows_flag": "rows"},
     "ak-random": {"method": "ak", "takeout": "random", "rows_flag": "rows"},
     "knn": {"method": "knn", "takeout": "sweep", "rows_flag": "knn_rows"},
+    "refine": {"method": "refine", "takeout": "sweep", "rows_flag": "refine_rows"},
 }
 
 
@@ -59,17 +64,19 @@ def worker(spec: dict) -> dict:
     rss_data = _maxrss_mb()
     runs = []
     for _ in range(spec["repeat"]):
+        cpu = time.process_time()
         res = anonymize(qis, codes, domain, spec["t"], spec["k"], method=spec["method"],
                         takeout=spec["takeout"], seed=spec["seed"])
-        s = res.summary(spec["k"])
-        runs.append({"phases": dict(res.phases), "ail": s["ail"], "classes": s["classes"],
+        cpu = time.process_time() - cpu
+        s = res.metrics()
+        runs.append({"phases": dict(res.phases), "cpu_seconds": cpu, "ail": s["ail"], "classes": s["classes"],
                      "max_emd": s["max_emd"], "min_class_size": s["min_class_size"],
                      "max_class_size": s["max_class_size"], "buckets": s["buckets"]})
         del res
     best = min(runs, key=lambda r: r["phases"]["total"])
     return {**spec, "sa_values": int(domain.m), "gen_seconds": gen_seconds,
             "rss_start_mb": rss_start, "rss_data_mb": rss_data, "rss_peak_mb": _maxrss_mb(),
-            "totals": [r["phases"]["total"] for r in runs], **best}
+            "totals": [r["phases"]["total"] for r in runs], "load": os.getloadavg()[0], **best}
 
 
 def run_config(name: str, spec: dict) -> dict:
@@ -86,10 +93,12 @@ def run_config(name: str, spec: dict) -> dict:
 def report(r: dict) -> str:
     ph = r["phases"]
     lines = [
-        f"== {r['config']}: SABRE-{r['method'].upper()}"
+        f"== {r['config']}: "
+        + ("refine (the default method)" if r["method"] == "refine" else f"SABRE-{r['method'].upper()}")
         + (f" takeout={r['takeout']}" if r["method"] == "ak" else "")
         + f", {r['rows']:,} tuples, 7 QIs, {r['sa_values']} SA values, t = {r['t']}, k = {r['k']}",
-        "   phases (s)  " + "  ".join(f"{p} {ph[p]:.3f}" for p in PHASES),
+        "   phases (s)  " + "  ".join(f"{p} {ph[p]:.3f}" for p in PHASES if p in ph)
+        + f"   CPU {r['cpu_seconds']:.3f} s   load {r['load']:.1f}",
         f"   AIL {r['ail']:.4f}   classes {r['classes']:,} (sizes {r['min_class_size']}..{r['max_class_size']},"
         f" {r['buckets']} buckets)   max EMD {r['max_emd']:.4f}",
         f"   RSS MB: start {r['rss_start_mb']:.0f}, after data {r['rss_data_mb']:.0f}, "
@@ -106,6 +115,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000, help="tuples for SABRE-AK (default 1000000)")
     p.add_argument("--knn-rows", type=int, default=100_000, help="tuples for SABRE-KNN (default 100000)")
+    p.add_argument("--refine-rows", default="1000000,3000000",
+                   help="comma-separated tuple counts for the default method (default 1000000,3000000)")
     p.add_argument("--repeat", type=int, default=1, help="runs per configuration; the fastest is shown")
     p.add_argument("--t", type=float, default=0.35)
     p.add_argument("-k", type=int, default=6)
@@ -128,11 +139,13 @@ def main(argv=None) -> int:
     results = []
     for name in names:
         c = CONFIGS[name]
-        spec = {"method": c["method"], "takeout": c["takeout"], "rows": getattr(a, c["rows_flag"]),
-                "t": a.t, "k": a.k, "seed": a.seed, "repeat": max(1, a.repeat)}
-        r = run_config(name, spec)
-        print(report(r), flush=True)
-        results.append(r)
+        rows = getattr(a, c["rows_flag"])
+        for n in ([int(x) for x in rows.split(",") if x.strip()] if isinstance(rows, str) else [rows]):
+            spec = {"method": c["method"], "takeout": c["takeout"], "rows": n,
+                    "t": a.t, "k": a.k, "seed": a.seed, "repeat": max(1, a.repeat)}
+            r = run_config(name, spec)
+            print(report(r), flush=True)
+            results.append(r)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {a.json}")

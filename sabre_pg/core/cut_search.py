@@ -103,17 +103,18 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
 
     # the rows (not yet final) in (partition, value of QI j) order, per QI
     orders = list(pmap(lambda j: p.value_order(j, part), range(p.columns.shape[1])))
+    owners = None
     rounds = 0
     while not final.all() and (max_rounds is None or rounds < max_rounds):
         checkpoint()
-        part, n_parts, final, wide, orders = _search_round(p, part, n_parts, final, wide, orders,
-                                                           emd_weight, setting, pmap)
+        part, n_parts, final, wide, orders, owners = _search_round(
+            p, part, n_parts, final, wide, orders, emd_weight, setting, pmap, owners)
         rounds += 1
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pmap=map):
+def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pmap=map, owners=None):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
     ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j),
     without the partitions whose QI j was found to have a single value (nor their parts: a
@@ -121,11 +122,13 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     orders); ``setting``: an entry of :data:`SEARCH`.  A partition searched on its widest QIs
     only or without the stratified cut, and refused, is searched again in the next round on
     every QI with the stratified cut (``wide``); refused then, it is final.  ``pmap`` runs
-    the per-QI work."""
+    the per-QI work.  ``owners[j]``: the partition of every row of ``orders[j]`` (None: taken
+    from ``part``); returned with the new orders."""
     sizes = counts = np.bincount(part, minlength=n_parts)
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
-    owners = list(pmap(part.__getitem__, orders))
+    if owners is None:
+        owners = list(pmap(part.__getitem__, orders))
     spans = _spans(p, orders, owners, n_parts)
     every = live[:, None] & (spans > 0)
 
@@ -135,7 +138,7 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
 
     orders, owners = (list(x) for x in zip(*pmap(kept, range(len(orders))))) if orders else ([], [])
     if not live.any():
-        return part, n_parts, final, wide, orders
+        return part, n_parts, final, wide, orders, owners
     sizes = np.where(live, sizes, 0)
     searched = _widest(spans, every, sizes, setting[0], setting[2])
     searched |= every & wide[:, None]
@@ -153,7 +156,7 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
 
     found = [f for f in pmap(sorted_by, range(len(orders))) if f is not None]
     if not found:                  # no partition has a QI to cut along
-        return part, n_parts, final | live, wide, orders
+        return part, n_parts, final | live, wide, orders, owners
     sorted_parts = [s for s, _ in found]
     cand = {key: np.concatenate([c[key] for _, c in found]) for key in found[0][1]}
     chosen = _check_best_first(p, sorted_parts, cand, n_parts, emd_weight, pmap)
@@ -183,30 +186,38 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     new_id = renumber[3 * np.arange(n_parts) + has]
     n_right = np.bincount(part, weights=right, minlength=n_parts).astype(np.int64)
     part = new_id[part] + (has[part] & (right > 0))
-    return part, len(used), final, wide, _split_segments(orders, owners, right, counts, n_right, pmap)
+    new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()    # (partition, side) -> new id
+    orders, owners = _split_segments(orders, owners, right, counts, n_right, new_owner,
+                                     [every[:, j] for j in range(len(orders))], pmap)
+    return part, len(used), final, wide, orders, owners
 
 
-def _split_segments(orders, owners, right, sizes, n_right, pmap=map) -> list:
-    """Every order (rows grouped by partition: ``owners``, each partition with all of its
-    ``sizes`` rows) with each partition's rows split stably, those with ``right[row] == 0``
-    first (``n_right`` of them are not): value order is kept inside both parts, in linear
-    time (no sort).  The j-th left row of the order goes to j plus the right rows of the
-    partitions before its own; the j-th right row to j plus the left rows up to its own."""
-    def split(o, owner):
-        first = _run_firsts(owner)
-        segment = np.cumsum(first) - 1
-        q = owner[first]
-        right_before = np.cumsum(n_right[q]) - n_right[q]       # right rows of the partitions before
-        left_to = np.cumsum(sizes[q] - n_right[q])              # left rows up to its own
+def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, pmap=map):
+    """Every order (rows grouped by partition: ``owners``, each partition of ``present[j]``
+    with all of its ``sizes`` rows, in partition order) with each partition's rows split
+    stably, those with ``right[row] == 0`` first (``n_right`` of them are not): value order
+    is kept inside both parts, in linear time, by sequential passes only (no sort, no
+    scatter).  The order's left rows and its right rows, each taken in order, are two blocks;
+    the output is, per partition, its run of the left block then its run of the right one,
+    gathered by one ``take`` whose index is the output position plus a shift per run.
+    Returns the orders and the new partition of their rows, ``new_owner[2 * owner + side]``."""
+    n_left = sizes - n_right
+
+    def split(o, owner, here):
+        if not len(o):
+            return o, owner
         r = right[o].view(bool)
-        out = np.empty_like(o)
-        at = np.flatnonzero(~r)
-        out[np.arange(len(at)) + right_before[segment[at]]] = o[at]
-        at = np.flatnonzero(r)
-        out[np.arange(len(at)) + left_to[segment[at]]] = o[at]
-        return out
+        q = np.flatnonzero(here)
+        nl, nr = n_left[q], n_right[q]
+        runs = np.stack((nl, nr), axis=1).ravel()          # per partition: left run, right run
+        src = np.stack((np.cumsum(nl) - nl, np.cumsum(nr) - nr + int(nl.sum())), axis=1).ravel()
+        run = _segment_ids(runs)
+        at = (src - (np.cumsum(runs) - runs))[run]
+        at += np.arange(len(o))
+        out = np.concatenate((o[~r], o[r]))[at]
+        return out, new_owner[np.stack((2 * q, 2 * q + 1), axis=1).ravel()][run]
 
-    return list(pmap(split, orders, owners))
+    return tuple(list(x) for x in zip(*pmap(split, orders, owners, present))) if orders else ([], [])
 
 
 def _spans(p, orders, owners, n_parts) -> np.ndarray:

@@ -374,7 +374,8 @@ def test_subsets_rank_as_one_subset_each():
 def test_orders_keep_only_partitions_where_the_qi_can_be_cut(monkeypatch):
     """After every round, QI j's order holds exactly the rows of the partitions still searched
     whose QI j has more than one value, grouped by partition and sorted by value inside each
-    (ties by row): a partition whose QI j has one value is never cut on j again."""
+    (ties by row): a partition whose QI j has one value is never cut on j again.  The
+    partition of every row of an order, carried through the round, is the row's."""
     import sabre_pg.core.cut_search as CS
     from sabre_pg.synthetic import census
     qis, codes, dom = census(4_000, seed=7)
@@ -384,10 +385,11 @@ def test_orders_keep_only_partitions_where_the_qi_can_be_cut(monkeypatch):
 
     def checked(p, part, n_parts, final, wide, orders, *args):
         out = round_(p, part, n_parts, final, wide, orders, *args)
-        new_part, new_n, new_final, _, new_orders = out
+        new_part, new_n, new_final, _, new_orders, new_owners = out
         sizes = np.bincount(new_part, minlength=new_n)
         for j, o in enumerate(new_orders):
             owner = new_part[o]
+            assert np.array_equal(new_owners[j], owner)    # the partitions carried with the order
             assert (np.diff(owner) >= 0).all()          # grouped by partition
             values = p.columns[o, j]
             same = owner[1:] == owner[:-1]
