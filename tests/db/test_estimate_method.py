@@ -53,3 +53,26 @@ def test_unknown_method_and_k_beyond_the_rows(pg_conn, census):
     expect_error(pg_conn, lambda c: rows(c, [0.3], "tmondrian"), "22023", "unknown method")
     r = rows(pg_conn, [0.3], "refine", k=5000)[0]
     assert r["feasible"] is False and r["classes"] == 0 and "exceeds" in r["hint"]
+
+
+def test_stable_holds_on_a_sampled_table_and_covering_statistics_are_exact(pg_conn):
+    """12,000 rows: with statistics target 5 ANALYZE samples 1,500 of them, and an estimate it
+    calls stable is within 10% of the run; with target 40 the sample is the table, and the
+    estimate is the run's class count, stable, with no spread."""
+    make_census(pg_conn, table="census", rows=12_000, seed=3)
+    ts = [0.15, 0.25, 0.35, 0.45]
+    made = {t: anonymize(pg_conn, "census", QIS, "salary", t, K, "ak", "census_ak", {"replace": True})["classes"]
+            for t in ts}
+    pg_conn.execute("ALTER TABLE census ALTER COLUMN salary SET STATISTICS 5")
+    for _ in range(3):
+        pg_conn.execute("ANALYZE census")
+        for r in rows(pg_conn, ts, "ak"):
+            assert r["sample_rows"] == 1500
+            if r["stable"]:
+                assert abs(r["classes"] - made[r["t"]]) <= 0.1 * made[r["t"]], r
+            else:
+                assert "Unstable estimate" in r["hint"] and "SET STATISTICS 40" in r["hint"]
+    pg_conn.execute("ALTER TABLE census ALTER COLUMN salary SET STATISTICS 40")
+    pg_conn.execute("ANALYZE census")
+    for r in rows(pg_conn, ts, "ak"):
+        assert r["stable"] is True and r["classes"] == made[r["t"]] == r["classes_min"] == r["classes_max"]
