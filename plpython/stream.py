@@ -594,7 +594,8 @@ def engine_for(method) -> str:
 def partition_of(s, req):
     """The DIRECT partition of the stream ``s``'s recorded engine."""
     if (s.get("engine") or "sabre") == "refine":
-        return W.refine_partition(search=req.options.search)
+        # 'fast' (the default): no merge passes (an advance's time); 'thorough': refine's own
+        return W.refine_partition(search=req.options.search, merges=0 if req.options.search == "fast" else None)
     return W.sabre_partition(req.method, req.options.seed, req.options.takeout, req.options.weights,
                              req.options.lookahead)
 

@@ -190,9 +190,10 @@ def sabre_partition(method="ak", seed=1, takeout="sweep", weights=None, lookahea
     return partition
 
 
-def refine_partition(merges: int = 0, search: str = "fast", expiring_first: bool = True):
+def refine_partition(merges: int | None = 0, search: str = "fast", expiring_first: bool = True):
     """The DIRECT partition with the searched cuts (:func:`.refine.refine`, the batch runs'
-    default method) on the unpublished rows with budget t − D.  With ``expiring_first``, rows
+    default method) on the unpublished rows with budget t − D; ``merges``: its merge passes
+    (None: refine's default for ``search``).  With ``expiring_first``, rows
     with equal values of a QI are ordered expiring rows first (then by Hilbert key), so a cut
     through ties keeps the expiring rows together: the classes that must be published carry
     fewer rows that could wait for a fuller window."""
