@@ -229,9 +229,9 @@ def markdown(results: dict) -> str:
             b = results[part]
             lines.append("| %s = %d alone | %.1f (%d runs) | %s per block | %.4f |" % (
                 label, b["block"], b["total_seconds"], b["blocks"], _seconds(b["per_block"]), b["ail"]))
-    by_t = [(results["t"], m, results.get("tumbling_omega_default"))] + sorted(
+    by_t = sorted([(results["t"], m, results.get("tumbling_omega_default"))] + [
         (float(p.split("@")[1]), results[p], results.get("tumbling_omega_default@" + p.split("@")[1]))
-        for p in results if p.startswith("main@"))
+        for p in results if p.startswith("main@")], key=lambda x: x[0])
     if len(by_t) > 1:
         lines += ["", "By t (omega = %d, I = %d): the stream against tumbling omega with the default method" % (
             m["window_size"], m["step"]), "", "| t | SABRE_W AIL | advance median s | verify violations | "
