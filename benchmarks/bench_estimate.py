@@ -4,7 +4,7 @@
 For each dataset:
 
 1. ``sabre_anonymize`` (SABRE-AK) runs at t = 0.15, 0.25, 0.35, 0.45 with k = 6; its classes
-   and buckets (``sabre.runs``) are what the estimates are compared with;
+   and buckets (``sabre.runs``) are what the estimates (``method => 'ak'``) are compared with;
 2. ``--samples`` times (default 10): ``ANALYZE`` (default statistics target; each draws a new
    sample of 300 x target rows) and ``sabre_estimate`` at those t.  Per t: how many samples
    give the run's bucket count exactly, and the median and largest relative error of the
@@ -18,7 +18,10 @@ For each dataset:
    ``--repeat`` times; the client's wall time of each call is reported (fastest and median),
    with a single-t call, a call with ``options.lookahead = 0`` (the paper's bucketization
    rule) and a call with k beyond the rows (statistics and model only: no plan is computed)
-   timed the same way.
+   timed the same way;
+4. the partitioning methods ('refine', sabre_anonymize's and sabre_estimate's default, and
+   'mondrian') run at the same t: their classes against the estimate's bounds
+   [classes_min, classes_max] for that method (it gives no point estimate for them).
 
 Datasets: the census-like table ``public.bench_census_<rows>`` for each size in ``--rows``
 (default 100000,1000000; generated like benchmarks/bench_db.py, all 7 QIs, SA salary with
@@ -29,6 +32,13 @@ when ``public.adult`` is missing; SA occupation with its ARX hierarchy).
     python benchmarks/bench_estimate.py [--dsn CONNINFO] [--rows 100000,1000000] [--adult DIR]
                                         [--repeat 5] [--samples 10] [--timing-only]
                                         [--statistics-target N] [--json out.json] [--study N]
+                                        [--calibrate N] [--seeds 1,41]
+
+``--calibrate N`` runs, instead, ``stable``'s calibration (docs/estimate.md): N real ANALYZE
+samples per dataset, each sample's pg_stats through the estimate's model, against the table's
+own plan; ``--seeds`` makes one census table per size and generator seed (seed 1 is
+``bench_census_<rows>``), e.g. the held-out run of the docs:
+``--calibrate 25 --rows 200000,300000,1000000,150000 --seeds 41`` (one seed per call).
 
 ``--study N`` runs, instead of steps 1-3, the offline study of docs/estimate.md ("The classes
 reported"): the table's true SA counts (one GROUP BY), N simple random samples of 300 x the
@@ -85,13 +95,13 @@ def adult_table(dsn: str, directory: Path, schema: str) -> tuple[str, dict]:
     return "adult", {n[len("adult_"):]: n for n in names}
 
 
-def call_estimate(conn, schema, table, qis, sa, t, options, k=K) -> tuple[list, float]:
+def call_estimate(conn, schema, table, qis, sa, t, options, k=K, method="ak") -> tuple[list, float]:
     started = time.perf_counter()
     rows = conn.execute(
         sql.SQL("SELECT t, buckets, classes, ec_size, seconds, buckets_min, buckets_max, classes_min, classes_max, "
                 "stable, sample_rows FROM {}.sabre_estimate(source => %s::regclass, "
-                "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
-        .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, k, json.dumps(options))).fetchall()
+                "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb, method => %s)")
+        .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, k, json.dumps(options), method)).fetchall()
     return rows, time.perf_counter() - started
 
 
@@ -116,17 +126,36 @@ def time_estimate(dsn, schema, table, qis, sa, options, repeat) -> dict:
             "complete": stats[1]}
 
 
-def actual_runs(dsn, schema, table, qis, sa, options) -> list:
+def actual_runs(dsn, schema, table, qis, sa, options, method="ak") -> list:
     out = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         for t in TS:
             run_id, classes = conn.execute(
                 sql.SQL("SELECT run_id, classes FROM {}.sabre_anonymize(source => %s::regclass, "
-                        "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, options => %s::jsonb)")
-                .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, K, json.dumps(options))).fetchone()
+                        "quasi_identifiers => %s, sensitive => %s, t => %s, k => %s, method => %s, "
+                        "options => %s::jsonb)")
+                .format(sql.Identifier(schema)), (f"public.{table}", qis, sa, t, K, method,
+                                                  json.dumps(options))).fetchone()
             buckets = conn.execute(sql.SQL("SELECT buckets FROM {}.runs WHERE run_id = %s")
                                    .format(sql.Identifier(schema)), (run_id,)).fetchone()[0]
             out.append((t, buckets, classes))
+    return out
+
+
+def method_bounds(dsn, schema, table, qis, sa, options) -> list:
+    """The partitioning methods ('refine', the default, and 'mondrian'): per t, the run's
+    classes against the estimate's bounds [classes_min, classes_max] (no point estimate)."""
+    out = []
+    for method in ("refine", "mondrian"):
+        runs = actual_runs(dsn, schema, table, qis, sa, options, method)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = call_estimate(conn, schema, table, qis, sa, TS, options, method=method)[0]
+        for (t, _, classes), r in zip(runs, rows):
+            out.append({"method": method, "t": t, "run_classes": classes, "classes_min": r[7], "classes_max": r[8],
+                        "within": r[7] <= classes <= r[8], "share_of_max": classes / r[8]})
+            print(f"   {method} t {t:.2f}: run {classes:,} classes; bounds [{r[7]:,}, {r[8]:,}] "
+                  f"({'holds' if r[7] <= classes <= r[8] else 'VIOLATED'}; the run makes "
+                  f"{100 * classes / r[8]:.1f}% of the upper bound)")
     return out
 
 
@@ -243,6 +272,63 @@ def study(dsn, schema, table, sa, hierarchy_name, samples, sample_rows=300 * 100
     return {"table": table, "samples": samples, "hits": hits.tolist()}
 
 
+def seeded_table(dsn, rows, seed, schema) -> tuple[str, dict]:
+    """The census table of ``rows`` rows from generator seed ``seed`` (``cal_census_<rows>_<seed>``;
+    ``bench_census_<rows>`` is seed 1), generated when missing."""
+    from sabre_pg.census import CENSUS_CATEGORICAL
+    from sabre_pg.census_sql import generate_census
+    table = f"cal_census_{rows}_{seed}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass(%s)", (f"public.{table}",)).fetchone()[0] is None:
+            return table, generate_census(conn, table=table, rows=rows, seed=seed, replace=True,
+                                          sabre_schema=schema)["hierarchies"]
+    return table, {c: f"{table}_{c}" for c in CENSUS_CATEGORICAL}
+
+
+def calibrate(dsn, schema, table, sa, hierarchy_name, samples, target=-1) -> dict:
+    """``stable``'s calibration on one table (docs/estimate.md, "stable, calibrated"):
+    ``samples`` real ANALYZEs (the SA column's statistics target ``target`` meanwhile), after
+    each the SA's pg_stats row through the estimate's model offline (``estimate_all``, the code
+    sabre_estimate runs), against the table's own plan (its true counts: the run's classes).
+    Per t: estimates said stable, and those more than 10% off."""
+    est = estimate_module()
+    values, counts, domain = true_counts(dsn, schema, table, sa, hierarchy_name)
+    truth = plan_counts([(counts, domain)], TS, K)[0]
+    numerical = domain.hierarchy is None
+    attr = argparse.Namespace(name=sa, numerical=numerical, typname="int4")
+    relation = sql.SQL("public.{}").format(sql.Identifier(table))
+    set_target = sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STATISTICS {}")
+    said, wrong = np.zeros(len(TS), dtype=int), np.zeros(len(TS), dtype=int)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(set_target.format(relation, sql.Identifier(sa), sql.Literal(target)))
+        try:
+            for _ in range(samples):
+                conn.execute(sql.SQL("ANALYZE {} ({})").format(relation, sql.Identifier(sa)))
+                nf, nd, mcv, freqs, hist, target_used, reltuples = conn.execute(
+                    "SELECT s.null_frac, s.n_distinct, s.most_common_vals::text::text[], s.most_common_freqs, "
+                    "s.histogram_bounds::text::text[], COALESCE(NULLIF(a.attstattarget, -1), "
+                    "current_setting('default_statistics_target')::int), c.reltuples FROM pg_stats s "
+                    "JOIN pg_class c ON c.relname = s.tablename JOIN pg_attribute a ON a.attrelid = c.oid "
+                    "AND a.attname = s.attname WHERE s.schemaname = 'public' AND s.tablename = %s "
+                    "AND s.attname = %s", (table, sa)).fetchone()
+                cast = float if numerical else str
+                stats = est.ColumnStatistics(float(reltuples), nf, nd, tuple(map(cast, mcv or ())), tuple(freqs or ()),
+                                             tuple(map(cast, hist or ())), int(target_used))
+                rows = int(round(reltuples * (1 - nf)))
+                for i, e in enumerate(est.estimate_all(stats, rows, attr, domain.hierarchy, TS, K, 4)):
+                    if e.spread.stable:
+                        said[i] += 1
+                        wrong[i] += abs(e.classes - truth[i].classes) > CLASSES_TARGET * truth[i].classes
+        finally:
+            conn.execute(set_target.format(relation, sql.Identifier(sa), sql.Literal(-1)))
+            conn.execute(sql.SQL("ANALYZE {}").format(relation))
+    print(f"== calibration {table} ({int(counts.sum()):,} rows, {samples} ANALYZE samples, target {target}): "
+          f"stable {said.sum()}/{samples * len(TS)}, wrong when stable {wrong.sum()} "
+          f"({100 * wrong.sum() / max(said.sum(), 1):.1f}%); per t " +
+          ", ".join(f"{t:.2f}: {w}/{s}" for t, s, w in zip(TS, said, wrong)))
+    return {"table": table, "samples": samples, "target": target, "stable": said.tolist(), "wrong": wrong.tolist()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
@@ -260,17 +346,28 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--study", type=int, default=0, metavar="N",
                         help="instead: the offline study with N simulated ANALYZE samples per dataset (no runs)")
+    parser.add_argument("--calibrate", type=int, default=0, metavar="N",
+                        help="instead: stable's calibration, N real ANALYZE samples per dataset (Adult at target "
+                             "20, where the default target's sample is the whole table)")
+    parser.add_argument("--seeds", default="1", help="census generator seeds, one table per size and seed (default 1)")
     options = parser.parse_args(argv)
     dsn = resolve_dsn(argparse.Namespace(dsn=options.dsn, sabre_schema=options.schema))
     datasets = []
     for rows in [int(x.replace("_", "")) for x in options.rows.split(",") if x.strip()]:
-        table, hierarchies, _ = ensure_table(dsn, rows, options.schema, False)
-        datasets.append((table, CENSUS_QIS, CENSUS_SENSITIVE, {"hierarchies": hierarchies}))
+        for seed in [int(x) for x in options.seeds.split(",") if x.strip()]:
+            table, hierarchies = ensure_table(dsn, rows, options.schema, False)[:2] if seed == 1 else \
+                seeded_table(dsn, rows, seed, options.schema)
+            datasets.append((table, CENSUS_QIS, CENSUS_SENSITIVE, {"hierarchies": hierarchies}))
     if options.adult:
         table, hierarchies = adult_table(dsn, Path(options.adult), options.schema)
         used = {c: h for c, h in hierarchies.items() if c in ADULT_QIS + [ADULT_SA]}
         datasets.append((table, ADULT_QIS, ADULT_SA, {"hierarchies": used}))
     report = []
+    if options.calibrate:
+        for table, _, sa, opts in datasets:
+            report.append(calibrate(dsn, options.schema, table, sa, opts["hierarchies"].get(sa), options.calibrate,
+                                    20 if table == "adult" else -1))
+        datasets = []
     if options.study:
         report = [study(dsn, options.schema, table, sa, opts["hierarchies"].get(sa), options.study)
                   for table, _, sa, opts in datasets]
@@ -286,7 +383,9 @@ def main(argv=None) -> int:
                        "single_t_ms": [1000 * w for w in estimated["single"]],
                        "statistics_only_ms": [1000 * w for w in estimated["statistics_only"]],
                        "lookahead_0_ms": [1000 * w for w in estimated["paper"]],
-                       "per_t": compare(table, n, estimated, samples, actual)})
+                       "per_t": compare(table, n, estimated, samples, actual),
+                       "partitioning": [] if options.timing_only else method_bounds(
+                           dsn, options.schema, table, qis, sa, opts)})
     if options.json:
         Path(options.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {options.json}")

@@ -6,12 +6,13 @@ A census-like stream arrives I rows at a time; after each batch ``sabre_stream_a
 in its own transaction.  The main stream (``--rows``, omega = 20,000, I = 5,000) is checked
 by ``sabre_stream_verify`` and compared with the tumbling-window baselines; the sweeps run on
 ``--sweep-rows`` rows: omega = 20,000 with I in ``--steps``, I = 5,000 with omega in
-``--windows``.  Targets: an advance with I = 5,000 and omega = 20,000 <= 0.3 s; the 500k
+``--windows``; the main stream and the default-method omega baseline also run at each t of
+``--ts``.  Targets: an advance with I = 5,000 and omega = 20,000 <= 0.3 s; the 500k
 stream <= 40 s.
 
     python benchmarks/bench_stream.py [--dsn CONNINFO] [--rows 500000] [--sweep-rows N]
         [--steps 1000,2000,5000,10000,20000] [--windows 5000,10000,20000,50000]
-        [--no-sweeps] [--no-baselines] [--plots DIR] [--json out.json]
+        [--no-sweeps] [--no-baselines] [--ts 0.1,0.2] [--plots DIR] [--json out.json]
 """
 from __future__ import annotations
 
@@ -51,13 +52,16 @@ def main(argv=None):
     p.add_argument("--windows", default=",".join(map(str, stream.WINDOWS)))
     p.add_argument("--no-sweeps", action="store_true")
     p.add_argument("--no-baselines", action="store_true")
+    p.add_argument("--ts", default=",".join("%g" % t for t in stream.OTHER_T),
+                   help="other t for the main stream and the default-method omega baseline ('' for none)")
     p.add_argument("--plots", type=Path, help="directory for stream.md, fig15.png, fig16.png")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     dsn = resolve_dsn(argparse.Namespace(dsn=args.dsn, sabre_schema="sabre"))
     cfg = dict(rows=args.rows, sweep_rows=args.sweep_rows or args.rows, baselines=not args.no_baselines,
                steps=[] if args.no_sweeps else [int(s) for s in args.steps.split(",")],
-               windows=[] if args.no_sweeps else [int(w) for w in args.windows.split(",")])
+               windows=[] if args.no_sweeps else [int(w) for w in args.windows.split(",")],
+               ts=[float(t) for t in args.ts.split(",") if t.strip()])
     with psycopg.connect(dsn, autocommit=True) as conn:
         results = stream.run(conn, cfg, "sabre", progress(stream.planned_steps(cfg)))
     print(json.dumps(results, indent=1, default=str))

@@ -173,7 +173,7 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
         name=name, source=req.source["qname"], source_oid=req.source["oid"], arrival=arrival, key=req.key.name,
         quasi_identifiers=[a.name for a in req.qis], sensitive=req.sa.name, t=req.t, k=req.k, window_size=omega,
         step=step, method=req.method, options=json.dumps(req.options.given), output_schema=req.output.schema,
-        output_name=req.output.name, relation_oids=oids, identity=identity), state_oids,
+        output_name=req.output.name, relation_oids=oids, identity=identity, engine=engine_for(req.method)), state_oids,
         hierarchies={n: h.fingerprint for n, h in used.items()})
     arrived = plpy.execute("SELECT pg_catalog.count(*) AS n FROM %s AS s%s" % (req.source["read"],
                                                                                req.row_filter()))[0]["n"]
@@ -183,14 +183,16 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
 REGISTRY = (("name", "text"), ("source", "text"), ("source_oid", "oid"), ("arrival", "text"), ("key", "text"),
             ("quasi_identifiers", "text[]"), ("sensitive", "text"), ("t", "float8"), ("k", "int4"),
             ("window_size", "int4"), ("step", "int4"), ("method", "text"), ("options", "jsonb"),
-            ("output_schema", "name"), ("output_name", "name"), ("relation_oids", "oid[]"), ("identity", "text"))
+            ("output_schema", "name"), ("output_name", "name"), ("relation_oids", "oid[]"), ("identity", "text"),
+            ("engine", "text"))
 
 
 def register(plpy, owner_sql, s, state_oids, created_at=None, hierarchies=None):
     """The stream's row in ``sabre.streams`` (``s``: its definition, REGISTRY), owned by the
     role ``owner_sql`` (the caller's, which row-level security checks), stream_id the OID of its
     ``<output>_state``; ``hierarchies``: {name: {owner, sha256}} of the hierarchies it uses, which
-    every advance checks (None: unchecked, streams migrated from 0.2)."""
+    every advance checks (None: unchecked, streams migrated from 0.2).  ``engine``
+    (:func:`engine_for`; None, as for streams created before engines were recorded: 'sabre')."""
     n = len(REGISTRY)
     plpy.execute(plpy.prepare(
         "INSERT INTO %s (stream_id, owner, state_oids, created_at, hierarchies, %s) VALUES ($%d::pg_catalog.int8, "
@@ -198,7 +200,7 @@ def register(plpy, owner_sql, s, state_oids, created_at=None, hierarchies=None):
             C.catalog("streams"), ", ".join(c for c, _ in REGISTRY), n + 1, owner_sql, n + 2, n + 3, n + 4,
             ", ".join("$%d::%s" % (i + 1, t) for i, (_, t) in enumerate(REGISTRY))),
         ["text" if t == "jsonb" else t for _, t in REGISTRY] + ["oid", "oid[]", "timestamptz", "text"]),
-        [s[c] for c, _ in REGISTRY] + [state_oids[0], state_oids, created_at,
+        [s.get(c) for c, _ in REGISTRY] + [state_oids[0], state_oids, created_at,
                                        None if hierarchies is None else json.dumps(hierarchies)])
 
 
@@ -559,7 +561,7 @@ def one_advance(plpy, s, req, phases):
         with timed(phases, "read"):
             read = read_window(plpy, s, req, window)
         with timed(phases, "engine"):
-            result = engine(req, window, read, published, sg, a)
+            result = engine(s, req, window, read, published, sg, a)
     if result.publication is not None:
         with timed(phases, "publish"):
             append(plpy, s, req, read, window, a, result.publication)
@@ -577,13 +579,33 @@ def one_advance(plpy, s, req, phases):
     return row
 
 
-def engine(req, window, read, published, sg, a):
-    """The core's advance on the window read (SABRE with the request's method and options)."""
+ENGINES = ("sabre", "refine")
+
+
+def engine_for(method) -> str:
+    """The window engine a new stream records (``sabre.streams.engine``): 'refine' (the searched
+    cuts of :func:`sabre_pg.core.window.refine_partition`) for method 'refine', the default;
+    'sabre' (SABRE with the stream's method on the unpublished rows, :func:`sabre_partition`)
+    for the others.  A stream keeps the engine it was created with: a registry row without
+    one (created before engines were recorded, or migrated from 0.2) runs 'sabre', whatever
+    its method."""
+    return "refine" if method == "refine" else "sabre"
+
+
+def partition_of(s, req):
+    """The DIRECT partition of the stream ``s``'s recorded engine."""
+    if (s.get("engine") or "sabre") == "refine":
+        # 'fast' (the default): no merge passes (an advance's time); 'thorough': refine's own
+        return W.refine_partition(search=req.options.search, merges=0 if req.options.search == "fast" else None)
+    return W.sabre_partition(req.method, req.options.seed, req.options.takeout, req.options.weights,
+                             req.options.lookahead)
+
+
+def engine(s, req, window, read, published, sg, a):
+    """The core's advance on the window read, with the stream's engine (:func:`partition_of`)."""
     wreq, summary, hierarchies, qis, codes, columns = read
     try:
-        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k,
-                         W.sabre_partition(req.method, req.options.seed, req.options.takeout,
-                                           req.options.weights, req.options.lookahead))
+        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k, partition_of(s, req))
     except (ValueError, ArithmeticError) as e:
         raise E.SabreError(E.INTERNAL, "SABRE_W advance %d failed: %s" % (a, e),
                            "Check the stream with sabre_stream_verify; report it if it persists.")

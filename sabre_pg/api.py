@@ -343,16 +343,17 @@ def verify_summary(bind, output, sensitive: str, t: float, k: int = 1, hierarchy
 
 
 def estimate(bind, source, quasi_identifiers: Sequence[str], sensitive: str, t: float | Sequence[float],
-             k: int = 1, options: dict | None = None, *, schema: str = DEFAULT_SCHEMA):
-    """``sabre_estimate``: buckets, U, classes and class size per t from pg_stats, without
-    reading the table (docs/estimate.md); one row per t."""
+             k: int = 1, options: dict | None = None, *, method: str = "refine", schema: str = DEFAULT_SCHEMA):
+    """``sabre_estimate``: per t, for ``method`` 'ak' or 'knn' SABRE's plan (buckets, U,
+    classes and class size), for 'refine' or 'mondrian' bounds on the classes; from pg_stats,
+    without reading the table (docs/estimate.md); one row per t."""
     from psycopg import sql
 
     ts = [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)]
     return _query(bind, sql.SQL(
-        "SELECT * FROM {}(%s::pg_catalog.regclass, %s::text[], %s, %s::float8[], %s::int, %s::jsonb)").format(
+        "SELECT * FROM {}(%s::pg_catalog.regclass, %s::text[], %s, %s::float8[], %s::int, %s::jsonb, %s)").format(
         _function(schema, "sabre_estimate")),
-        (_relation_name(source), list(quasi_identifiers), sensitive, ts, k, json.dumps(options or {})))
+        (_relation_name(source), list(quasi_identifiers), sensitive, ts, k, json.dumps(options or {}), method))
 
 
 def runs(bind, limit: int | None = None, *, schema: str = DEFAULT_SCHEMA):

@@ -2,18 +2,14 @@
 -- Thin PL/Python wrappers around sabre_plpy.estimate (docs/estimate.md); no row of the
 -- source is read.  VOLATILE: options.analyze runs ANALYZE.  Idempotent.
 
--- The spread columns (buckets_min .. sample_rows) were added after 0.2.0: a function's result
--- columns cannot be replaced, so an installation whose sabre_estimate lacks them drops both
--- forms first (the SQL form calls the array form).  A current one is replaced in place.
+-- The spread columns (buckets_min .. sample_rows) were added after 0.2.0, the method argument and
+-- column with issue #28: a function's result columns cannot be replaced, and the forms without
+-- method would make a call with six arguments ambiguous, so those forms are dropped first (the
+-- SQL form calls the array form).  A current one is replaced in place.
 DO $upgrade$
 BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_proc AS p
-               WHERE p.oid = pg_catalog.to_regprocedure('@schema@.sabre_estimate(regclass, text[], text, '
-                                                         'double precision[], integer, jsonb)')
-                 AND NOT 'sample_rows' = ANY (p.proargnames)) THEN
-        DROP FUNCTION IF EXISTS @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb);
-        DROP FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb);
-    END IF;
+    DROP FUNCTION IF EXISTS @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb);
+    DROP FUNCTION IF EXISTS @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb);
 END
 $upgrade$;
 
@@ -23,21 +19,23 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     sensitive         text,
     t                 double precision[],
     k                 integer DEFAULT 1,
-    options           jsonb DEFAULT '{}'::jsonb)
+    options           jsonb DEFAULT '{}'::jsonb,
+    method            text DEFAULT 'refine')
 RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
                classes bigint, feasible boolean, hint text, source_of_stats text,
                seconds double precision, hint_t double precision, knee boolean,
                buckets_min integer, buckets_max integer, classes_min bigint, classes_max bigint,
-               stable boolean, sample_rows bigint)
+               stable boolean, sample_rows bigint, method text)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import estimate
-return estimate.estimate(plpy, source, quasi_identifiers, sensitive, t, k, options)
+return estimate.estimate(plpy, source, quasi_identifiers, sensitive, t, k, options, method)
 $fn$;
-COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb) IS
+COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb, text) IS
     'Predict sabre_anonymize''s buckets, U, classes and class size for each t from pg_stats and '
     'reltuples, without reading the table, with their range over resampled frequencies when '
-    'ANALYZE sampled the table; options.suggest: the curve over t and its knee';
+    'ANALYZE sampled the table; for method refine or mondrian, bounds on the classes; '
+    'options.suggest: the curve over t and its knee';
 
 -- One t: the array form with one element.
 CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
@@ -46,14 +44,15 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     sensitive         text,
     t                 double precision,
     k                 integer DEFAULT 1,
-    options           jsonb DEFAULT '{}'::jsonb)
+    options           jsonb DEFAULT '{}'::jsonb,
+    method            text DEFAULT 'refine')
 RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
                classes bigint, feasible boolean, hint text, source_of_stats text,
                seconds double precision, hint_t double precision, knee boolean,
                buckets_min integer, buckets_max integer, classes_min bigint, classes_max bigint,
-               stable boolean, sample_rows bigint)
+               stable boolean, sample_rows bigint, method text)
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT * FROM @schema@.sabre_estimate($1, $2, $3, ARRAY[$4]::pg_catalog.float8[], $5, $6)
+    SELECT * FROM @schema@.sabre_estimate($1, $2, $3, ARRAY[$4]::pg_catalog.float8[], $5, $6, $7)
 $fn$;
-COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb) IS
+COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb, text) IS
     'sabre_estimate for one t';

@@ -54,6 +54,9 @@ CREATE TABLE IF NOT EXISTS @schema@.streams (
 );
 -- the hierarchies the stream uses, {name: {owner, sha256}} at creation: each advance refuses one changed since
 ALTER TABLE @schema@.streams ADD COLUMN IF NOT EXISTS hierarchies jsonb;
+-- the window engine ('refine': searched cuts; 'sabre': SABRE with the stream's method), recorded at
+-- creation; NULL (streams created before it was recorded, or migrated from 0.2) runs 'sabre'
+ALTER TABLE @schema@.streams ADD COLUMN IF NOT EXISTS engine text;
 CREATE INDEX IF NOT EXISTS streams_by_name ON @schema@.streams (owner, name);     -- not unique
 COMMENT ON TABLE @schema@.streams IS
     'SABRE_W streams (sabre_stream_create): definition and relations; each role sees its own, '
@@ -120,7 +123,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_stream_create(
     k                 integer,
     window_size       integer,
     step              integer,
-    method            text DEFAULT 'ak',
+    method            text DEFAULT 'refine',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (stream text, output regclass, window_size integer, step integer,

@@ -9,9 +9,12 @@ counted).  Per stream: advances, seconds per advance (mean, median, max), the to
 server's seconds per phase (``<output>_log.phases``), AIL of the output
 (``sabre_utility`` against the whole census table, so every AIL shares one normalization).
 
-* **main**: ``rows`` rows with omega = 20,000 and I = 5,000, checked by
-  ``sabre_stream_verify``, against the two **tumbling-window baselines**: ``sabre_anonymize``
-  on each block of I rows alone and on each block of omega rows alone;
+* **main**: ``rows`` rows with omega = 20,000 and I = 5,000 (the stream created with the
+  defaults: method and engine 'refine'), checked by ``sabre_stream_verify``, against the
+  **tumbling-window baselines**: ``sabre_anonymize`` on each block of I rows alone and on each
+  block of omega rows alone with SABRE-AK (the paper's), and on each block of omega rows alone
+  with the default method ('refine');
+* **other t** (``ts``): the main stream and the default-method omega baseline again at each t;
 * **Fig. 15**: omega = 20,000 with I in ``steps``; **Fig. 16**: I = 5,000 with omega in
   ``windows``; both on ``sweep_rows`` rows.
 
@@ -36,8 +39,10 @@ MAIN_WINDOW, MAIN_STEP = 20_000, 5_000
 SOURCE, NAME = "bench_stream_src", "bench_w"
 STEPS = [1_000, 2_000, 5_000, 10_000, 20_000]
 WINDOWS = [5_000, 10_000, 20_000, 50_000]
-REDUCED = dict(rows=100_000, sweep_rows=50_000, steps=STEPS, windows=WINDOWS, baselines=True)
-FULL = dict(rows=500_000, sweep_rows=500_000, steps=STEPS, windows=WINDOWS, baselines=True)
+OTHER_T = [0.1, 0.2]     # the issue's targets: t = 0.1, 0.2 and T
+REDUCED = dict(rows=100_000, sweep_rows=50_000, steps=STEPS, windows=WINDOWS, baselines=True, ts=OTHER_T)
+FULL = dict(rows=500_000, sweep_rows=500_000, steps=STEPS, windows=WINDOWS, baselines=True, ts=OTHER_T)
+DEFAULT_METHOD = "refine"    # sabre_anonymize's and sabre_stream_create's default
 TARGETS = {"advance_seconds": 0.3, "total_seconds_500k": 40.0}
 VERIFY = ("advances", "classes", "rows", "violations", "max_emd", "min_class_size", "published_twice",
           "expired_unpublished", "updated", "deleted", "late")
@@ -47,10 +52,16 @@ FIGURES = (("fig15", "sweep_step", "step", "Fig. 15: omega = 20,000, I varied"),
 
 def plan(cfg: dict) -> list[tuple]:
     """The experiments in the order they run: (part, rows, omega, I) for streams, (part, rows,
-    block, None) for tumbling baselines."""
+    block, None) for tumbling baselines; a part at another t than :data:`T` is named
+    ``<part>@<t>``."""
     runs = [("main", cfg["rows"], MAIN_WINDOW, MAIN_STEP)]
     if cfg.get("baselines"):
-        runs += [("tumbling_I", cfg["rows"], MAIN_STEP, None), ("tumbling_omega", cfg["rows"], MAIN_WINDOW, None)]
+        runs += [("tumbling_I", cfg["rows"], MAIN_STEP, None), ("tumbling_omega", cfg["rows"], MAIN_WINDOW, None),
+                 ("tumbling_omega_default", cfg["rows"], MAIN_WINDOW, None)]
+    for t in cfg.get("ts") or []:
+        runs.append(("main@%g" % t, cfg["rows"], MAIN_WINDOW, MAIN_STEP))
+        if cfg.get("baselines"):
+            runs.append(("tumbling_omega_default@%g" % t, cfg["rows"], MAIN_WINDOW, None))
     runs += [("sweep_step", cfg["sweep_rows"], MAIN_WINDOW, s) for s in cfg.get("steps") or []]
     runs += [("sweep_window", cfg["sweep_rows"], w, MAIN_STEP) for w in cfg.get("windows") or []]
     return runs
@@ -83,7 +94,7 @@ def utility_ail(conn, output: str, table: str, hierarchies: dict, schema: str) -
                          json.dumps({"hierarchies": hierarchies}))).fetchone()[0]
 
 
-def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, schema: str):
+def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, schema: str, t: float = T):
     """An empty source shaped like ``table`` and the stream over it (earlier ones dropped)."""
     qs = sql.Identifier(schema)
     if conn.execute(sql.SQL("SELECT 1 FROM {}.streams WHERE name = %s").format(qs), (NAME,)).fetchone():
@@ -95,16 +106,16 @@ def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, sch
     conn.execute(sql.SQL("SELECT * FROM {}.sabre_stream_create(name => %s, source => %s::regclass, arrival => 'id', "
                          "quasi_identifiers => %s::text[], sensitive => %s, t => %s, k => %s, window_size => %s, "
                          "step => %s, options => %s::jsonb)").format(qs),
-                 (NAME, SOURCE, CENSUS_QIS, CENSUS_SENSITIVE, T, K, omega, step,
+                 (NAME, SOURCE, CENSUS_QIS, CENSUS_SENSITIVE, t, K, omega, step,
                   json.dumps({"hierarchies": hierarchies})))
 
 
 def run_stream(conn, table: str, hierarchies: dict, rows: int, omega: int, step: int, schema: str,
-               tick: Callable[[], None], verify: bool = False) -> dict:
+               tick: Callable[[], None], verify: bool = False, t: float = T) -> dict:
     """The stream over the first ``rows`` census rows arriving I at a time (autocommit ``conn``)."""
     qs = sql.Identifier(schema)
     conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(qs))         # warm the interpreter
-    fresh_stream(conn, table, hierarchies, omega, step, schema)
+    fresh_stream(conn, table, hierarchies, omega, step, schema, t)
     per, calls, loaded = [], [], 0
     for _ in range(rows // step):
         conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE id > %s AND id <= %s").format(
@@ -122,7 +133,9 @@ def run_stream(conn, table: str, hierarchies: dict, rows: int, omega: int, step:
         "SELECT p.key, avg(p.value::float8) FROM {} a, jsonb_each_text(a.phases) p GROUP BY 1").format(
         sql.Identifier(SOURCE + "_sabre_w_log"))).fetchall()
     out = summarize(per, calls)
-    out.update(rows=rows, window_size=omega, step=step, phases={k: round(v, 4) for k, v in sorted(phases)},
+    out.update(t=t, engine=conn.execute(sql.SQL("SELECT engine FROM {}.streams WHERE name = %s").format(qs),
+                                        (NAME,)).fetchone()[0],
+               rows=rows, window_size=omega, step=step, phases={k: round(v, 4) for k, v in sorted(phases)},
                ail=utility_ail(conn, SOURCE + "_sabre_w", table, hierarchies, schema) if out["published"] else None)
     if verify:
         v = conn.execute(sql.SQL("SELECT * FROM {}.sabre_stream_verify(%s)").format(qs), (NAME,)).fetchone()
@@ -143,8 +156,9 @@ def summarize(per: list, calls: list) -> dict:
 
 
 def tumbling(conn, table: str, hierarchies: dict, rows: int, block: int, schema: str,
-             tick: Callable[[], None]) -> dict:
-    """``sabre_anonymize`` on each block of ``block`` rows alone; AIL over all blocks."""
+             tick: Callable[[], None], method: str = "ak", t: float = T) -> dict:
+    """``sabre_anonymize`` with ``method`` on each block of ``block`` rows alone; AIL over all
+    blocks."""
     qs = sql.Identifier(schema)
     conn.execute("DROP TABLE IF EXISTS bench_tumbling_all")
     seconds, blocks, rest = 0.0, rows // block, None
@@ -154,8 +168,8 @@ def tumbling(conn, table: str, hierarchies: dict, rows: int, block: int, schema:
             sql.Identifier(table), sql.Literal(b * block), sql.Literal((b + 1) * block)))
         started = time.perf_counter()
         conn.execute(sql.SQL("SELECT * FROM {}.sabre_anonymize('bench_block'::regclass, %s::text[], %s, %s, %s, "
-                             "'ak', 'bench_block_out', %s::jsonb)").format(qs),
-                     (CENSUS_QIS, CENSUS_SENSITIVE, T, K, json.dumps({"hierarchies": hierarchies, "key": "id"})))
+                             "%s, 'bench_block_out', %s::jsonb)").format(qs),
+                     (CENSUS_QIS, CENSUS_SENSITIVE, t, K, method, json.dumps({"hierarchies": hierarchies, "key": "id"})))
         seconds += time.perf_counter() - started
         if rest is None:
             conn.execute("CREATE TABLE bench_tumbling_all AS SELECT * FROM bench_block_out WITH NO DATA")
@@ -170,7 +184,7 @@ def tumbling(conn, table: str, hierarchies: dict, rows: int, block: int, schema:
     conn.execute("DROP VIEW IF EXISTS bench_block CASCADE")
     conn.execute("DROP TABLE IF EXISTS bench_tumbling_all, bench_block_out, bench_block_out_classes, "
                  "bench_block_out_keys")
-    return {"block": block, "blocks": blocks, "total_seconds": round(seconds, 3),
+    return {"block": block, "blocks": blocks, "method": method, "t": t, "total_seconds": round(seconds, 3),
             "per_block": round(seconds / max(blocks, 1), 4), "ail": ail}
 
 
@@ -182,10 +196,13 @@ def run(conn, cfg: dict, schema: str, tick: Callable[[], None] = lambda: None) -
         if rows not in tables:
             tables[rows] = census(conn, rows, schema)
         table, hierarchies = tables[rows]
+        kind, _, at = part.partition("@")
+        t = float(at) if at else T
         if step is None:
-            results[part] = tumbling(conn, table, hierarchies, rows, omega, schema, tick)
-        elif part == "main":
-            results[part] = run_stream(conn, table, hierarchies, rows, omega, step, schema, tick, verify=True)
+            method = DEFAULT_METHOD if kind == "tumbling_omega_default" else "ak"
+            results[part] = tumbling(conn, table, hierarchies, rows, omega, schema, tick, method=method, t=t)
+        elif kind == "main":
+            results[part] = run_stream(conn, table, hierarchies, rows, omega, step, schema, tick, verify=True, t=t)
         else:
             results.setdefault(part, []).append(run_stream(conn, table, hierarchies, rows, omega, step, schema, tick))
     return results
@@ -206,11 +223,22 @@ def markdown(results: dict) -> str:
              "| SABRE_W | %.1f | %s / %s / %s | %.4f |" % (m["total_seconds"], _seconds(m["advance_mean"]),
                                                         _seconds(m["advance_median"]), _seconds(m["advance_max"]),
                                                         m["ail"])]
-    for part, label in (("tumbling_I", "tumbling, blocks of I"), ("tumbling_omega", "tumbling, blocks of omega")):
+    for part, label in (("tumbling_I", "tumbling, blocks of I"), ("tumbling_omega", "tumbling, blocks of omega"),
+                        ("tumbling_omega_default", "tumbling (default method), blocks of omega")):
         if part in results:
             b = results[part]
             lines.append("| %s = %d alone | %.1f (%d runs) | %s per block | %.4f |" % (
                 label, b["block"], b["total_seconds"], b["blocks"], _seconds(b["per_block"]), b["ail"]))
+    by_t = sorted([(results["t"], m, results.get("tumbling_omega_default"))] + [
+        (float(p.split("@")[1]), results[p], results.get("tumbling_omega_default@" + p.split("@")[1]))
+        for p in results if p.startswith("main@")], key=lambda x: x[0])
+    if len(by_t) > 1:
+        lines += ["", "By t (omega = %d, I = %d): the stream against tumbling omega with the default method" % (
+            m["window_size"], m["step"]), "", "| t | SABRE_W AIL | advance median s | verify violations | "
+            "tumbling omega (default method) AIL |", "|---|---|---|---|---|"]
+        lines += ["| %g | %s | %s | %s | %s |" % (t, _seconds(r["ail"], 4), _seconds(r["advance_median"]),
+                                                (r.get("verify") or {}).get("violations", "–"),
+                                                _seconds((b or {}).get("ail"), 4)) for t, r, b in by_t]
     lines += ["", "Server seconds per phase of an advance (mean): " +
               ", ".join("%s %.3f" % kv for kv in m.get("phases", {}).items()), ""]
     for fig, part, x, title in FIGURES:
@@ -245,10 +273,12 @@ def plot(results: dict, out: Path) -> list:
         axes[0].plot(xs, [r["advance_mean"] for r in runs], marker="o", label="SABRE_W")
         axes[0].set_xlabel(x), axes[0].set_ylabel("seconds per advance")
         axes[1].plot(xs, [r["ail"] for r in runs], marker="o", label="SABRE_W")
-        for baseline, style in (("tumbling_I", "--"), ("tumbling_omega", ":")):
+        for baseline, style, color in (("tumbling_I", "--", "grey"), ("tumbling_omega", ":", "grey"),
+                                       ("tumbling_omega_default", "-.", "black")):
             if baseline in results:
-                axes[1].axhline(results[baseline]["ail"], linestyle=style, color="grey",
-                                label="tumbling %d" % results[baseline]["block"])
+                b = results[baseline]
+                axes[1].axhline(b["ail"], linestyle=style, color=color,
+                                label="tumbling %d (%s)" % (b["block"], b.get("method", "ak")))
         axes[1].set_xlabel(x), axes[1].set_ylabel("AIL"), axes[1].legend(fontsize=7)
         figure.suptitle(title)
         figure.tight_layout()

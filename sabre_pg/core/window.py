@@ -37,6 +37,8 @@ from .checkpoint import checkpoint
 from .emd import SADomain
 from .generalize import ECIndex
 from .parameters import check_k, check_t
+from .hilbert import hilbert_keys
+from .refine import refine
 from .sabre import QuasiIdentifier, anonymize, generalize_classes
 
 SKIP, DIRECT, INDIRECT = 1, 2, 3
@@ -188,6 +190,25 @@ def sabre_partition(method="ak", seed=1, takeout="sweep", weights=None, lookahea
     return partition
 
 
+def refine_partition(merges: int | None = 0, search: str = "fast", expiring_first: bool = True):
+    """The DIRECT partition with the searched cuts (:func:`.refine.refine`, the batch runs'
+    default method) on the unpublished rows with budget t − D; ``merges``: its merge passes
+    (None: refine's default for ``search``).  With ``expiring_first``, rows
+    with equal values of a QI are ordered expiring rows first (then by Hilbert key), so a cut
+    through ties keeps the expiring rows together: the classes that must be published carry
+    fewer rows that could wait for a fuller window."""
+    def partition(qis, codes, domain, t, k, expiring=None):
+        keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
+        if expiring_first and expiring is not None:
+            order = np.lexsort((keys, ~np.asarray(expiring, dtype=bool)))
+            keys = np.empty(len(order), dtype=np.int64)
+            keys[order] = np.arange(len(order))
+        ec = refine(qis, codes, domain, t, k, keys=keys, merges=merges, search=search)
+        return ec, int(ec.max()) + 1 if len(ec) else 0
+    partition.takes_expiring = True
+    return partition
+
+
 def advance(window: Window, qis, codes, domain: SADomain, published, sg: SG, t: float, k: int,
             partition: Callable | None = None) -> Advance:
     """One advance of SABRE_W over the window's rows (in row order).
@@ -216,7 +237,8 @@ def advance(window: Window, qis, codes, domain: SADomain, published, sg: SG, t: 
 def _direct(window, qis, codes, domain, pending, expiring, d, t, k, partition) -> Advance:
     idx = np.flatnonzero(pending)
     sub = [QuasiIdentifier(q.name, np.asarray(q.values)[idx], q.hierarchy) for q in qis]
-    ec, n_classes = partition(sub, np.asarray(codes)[idx], domain, budget(t, d), k)
+    extra = {"expiring": expiring[idx]} if getattr(partition, "takes_expiring", False) else {}
+    ec, n_classes = partition(sub, np.asarray(codes)[idx], domain, budget(t, d), k, **extra)
     ec = np.asarray(ec, dtype=np.int64)
     labels = np.full(window.size, n_classes, dtype=np.int64)     # published rows: one extra class
     labels[idx] = ec

@@ -23,14 +23,15 @@ K = 6
 HISTOGRAM_TOLERANCE = 0.10
 
 
-def estimate(conn, source, qis, sensitive, t, k=K, options=None) -> list[dict]:
-    """sabre_estimate's rows as dicts; a list t calls the array overload, a number the other."""
+def estimate(conn, source, qis, sensitive, t, k=K, options=None, method="ak") -> list[dict]:
+    """sabre_estimate's rows as dicts; a list t calls the array overload, a number the other.
+    method 'ak' (SABRE's plan, what these tests compare with 'ak' runs) unless given."""
     cast = "float8[]" if isinstance(t, list) else "float8"
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         return cur.execute(
             "SELECT * FROM sabre_estimate(source => %%s::regclass, quasi_identifiers => %%s::text[], "
-            "sensitive => %%s, t => %%s::%s, k => %%s, options => %%s::jsonb)" % cast,
-            (source, qis, sensitive, t, k, json.dumps(options or {}))).fetchall()
+            "sensitive => %%s, t => %%s::%s, k => %%s, options => %%s::jsonb, method => %%s)" % cast,
+            (source, qis, sensitive, t, k, json.dumps(options or {}), method)).fetchall()
 
 
 @pytest.fixture
