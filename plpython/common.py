@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from sabre_pg.core import limits, parameters
-from sabre_pg.core.hierarchy import Hierarchy, check_size
+from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, check_size
 
 from . import errors as E
 from . import safe_types
@@ -234,10 +234,25 @@ def load_hierarchies(plpy, uses) -> dict:
                              for n, (_, p) in read.items()})
     found = {}
     for name, (owner, paths) in read.items():
-        h = Hierarchy(paths, name=name)
+        h = built_hierarchy(paths, name, stored=True)
         h.fingerprint = {"owner": owner, "sha256": hierarchy_hash(paths)}
         found[name] = h
     return found
+
+
+def built_hierarchy(rows, name, delimiter=";", stored=False) -> Hierarchy:
+    """The validated Hierarchy of ``rows``; a malformed one (ragged rows, two roots, a label
+    naming two different sets of leaves, ...) is 22P04 naming the hierarchy and the label or
+    row.  ``stored``: read from the catalog (defined before a check existed)."""
+    try:
+        return Hierarchy(rows, name=name)
+    except HierarchyError as e:
+        hint = ("Every row must be leaf%slevel1%s...%sroot with the same number of fields, one root, one "
+                "parent per node and unique leaves; every label names one node (an internal node is not "
+                "labelled like a leaf or like another node with other leaves)." % ((delimiter,) * 3))
+        if stored:
+            hint += " Redefine it with sabre_define_hierarchy."
+        raise E.SabreError(E.BAD_FILE_FORMAT, "malformed hierarchy: %s" % e, hint)
 
 
 def _read_rows(plpy, names) -> dict:
