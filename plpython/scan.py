@@ -24,6 +24,7 @@ import numpy as np
 
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.sabre import QuasiIdentifier
 
 from . import common as C
 from . import errors as E
@@ -74,6 +75,27 @@ class Scan:
     data: list                     # per attribute: numbers, or leaf positions
     sa_codes: np.ndarray
     codes_by_sa: np.ndarray | None = None     # several SAs: one column of codes per SA
+
+
+# a float QI whose magnitude reaches this has a span (max - min) that may overflow float8
+HUGE = 2.0 ** 1020
+
+
+def quasi_identifiers(req, columns, hierarchies) -> list:
+    """The engine's QIs of the read ``columns`` (per QI, in the request's order)."""
+    return [QuasiIdentifier(a.name, engine_values(columns[i]), hierarchies.get(a.name))
+            for i, a in enumerate(req.qis)]
+
+
+def engine_values(values):
+    """A column as the engine gets it: float values near float8's limit (|v| >= 2^1020, e.g.
+    +-9e307, whose span max - min overflows to infinity) scaled by 2^-8, so the engine's Hilbert
+    keys, spans and information loss stay finite (its geometry is scale-free).  The published
+    ranges never come from these: publish takes each class's bounds from the scanned values."""
+    values = np.asarray(values)
+    if values.dtype.kind == "f" and len(values) and float(np.max(np.abs(values))) >= HUGE:
+        return np.ldexp(values, -8)
+    return values
 
 
 def encode(plpy, leaves: list) -> Encoding:
