@@ -275,7 +275,7 @@ class ReadPlan:
             select.append("%s AS a%d" % (T.binary_agg(alias, "int8"), i))
             self.binary[i] = "int8"
         else:
-            inner.append("%s AS a%d" % (C.numeric_expr(None, a.name, a.col, "s."), i))
+            inner.append("%s AS a%d" % (C.numeric_expr(None, a.name, a.col, "s.", clamp=True), i))
             select.append("count(*) FILTER (WHERE %s %s) AS f%d" % (alias, NONFINITE, i))
             select.append("%s AS a%d" % (T.binary_agg(alias, "float8"), i))
             self.binary[i] = "float8"
