@@ -67,17 +67,17 @@ SA_CASES = {
 }
 
 # non-finite values: a documented 22023 naming the column, with a HINT
-NONFINITE = {
-    "float8-nan": ("float8", "CASE WHEN i = 3 THEN 'NaN' ELSE i::text END::float8"),
-    "float8-infinity": ("float8", "CASE WHEN i = 3 THEN '-Infinity' ELSE i::text END::float8"),
-    "real-infinity": ("real", "CASE WHEN i = 3 THEN 'Infinity' ELSE i::text END::real"),
-    "numeric-nan": ("numeric", "CASE WHEN i = 3 THEN 'NaN' ELSE i::text END::numeric"),
-    "numeric-infinity": ("numeric", "CASE WHEN i = 3 THEN 'Infinity' ELSE i::text END::numeric"),
+NONFINITE = {      # id: (SQL type, expression, the value the message names)
+    "float8-nan": ("float8", "CASE WHEN i = 3 THEN 'NaN' ELSE i::text END::float8", "NaN"),
+    "float8-infinity": ("float8", "CASE WHEN i = 3 THEN '-Infinity' ELSE i::text END::float8", "-Infinity"),
+    "real-infinity": ("real", "CASE WHEN i = 3 THEN 'Infinity' ELSE i::text END::real", "Infinity"),
+    "numeric-nan": ("numeric", "CASE WHEN i = 3 THEN 'NaN' ELSE i::text END::numeric", "NaN"),
+    "numeric-infinity": ("numeric", "CASE WHEN i = 3 THEN 'Infinity' ELSE i::text END::numeric", "Infinity"),
     "timestamp-infinity": ("timestamp", "CASE WHEN i = 3 THEN 'infinity'::timestamp "
-                           "ELSE '2020-01-01'::timestamp + i * interval '1 day' END"),
+                           "ELSE '2020-01-01'::timestamp + i * interval '1 day' END", "infinity"),
     "timestamptz-minus-infinity": ("timestamptz", "CASE WHEN i = 3 THEN '-infinity'::timestamptz "
-                                   "ELSE '2020-01-01'::timestamptz + i * interval '1 day' END"),
-    "date-infinity": ("date", "CASE WHEN i = 3 THEN 'infinity'::date ELSE '2020-01-01'::date + i END"),
+                                   "ELSE '2020-01-01'::timestamptz + i * interval '1 day' END", "-infinity"),
+    "date-infinity": ("date", "CASE WHEN i = 3 THEN 'infinity'::date ELSE '2020-01-01'::date + i END", "infinity"),
 }
 
 
@@ -258,13 +258,15 @@ def test_estimate_with_empty_string_and_extreme_values(db):
 @pytest.mark.parametrize("case", list(NONFINITE))
 @pytest.mark.parametrize("role", ["qi", "sa"])
 def test_non_finite_values_are_a_documented_error(db, case, method, role):
+    typ, expr, value = NONFINITE[case]
     if role == "qi":
-        make_source(db, qi=NONFINITE[case])
+        make_source(db, qi=(typ, expr))
         call = lambda c: run(c, ["q", "age"], "sa", method)     # noqa: E731
     else:
-        make_source(db, sa=NONFINITE[case])
+        make_source(db, sa=(typ, expr))
         call = lambda c: run(c, ["age"], "sa", method)          # noqa: E731
-    expect_error(db, call, "22023", "non-finite", '"%s"' % ("q" if role == "qi" else "sa"), source=SOURCE)
+    column = "q" if role == "qi" else "sa"
+    expect_error(db, call, "22023", "non-finite", '"%s" (1 rows: %s)' % (column, value), source=SOURCE)
 
 
 # --------------------------------------------------------------------------- hierarchies
