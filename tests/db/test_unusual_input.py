@@ -361,3 +361,38 @@ def test_randomized_unusual_values(db, seed):
             assert '"q"' in e.diag.message_primary or '"sa"' in e.diag.message_primary, e.diag.message_primary
             continue
         check_published(db, "out", ["q", "age"], "sa", t=t, k=k)
+
+
+# --------------------------------------------------------------------------- streams
+
+STREAM_QIS = {
+    "bigint-beyond-2^63-range": QI_CASES["bigint-beyond-2^63-range"],
+    "float8-overflowing-span": QI_CASES["float8-overflowing-span"],
+    "interval-unjustified": QI_CASES["interval-unjustified"],
+    "empty-string": QI_CASES["empty-string"],
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", list(STREAM_QIS))
+def test_stream_with_unusual_values(db, case, method):
+    """A stream's advances publish such values too (the SA with the empty string); its
+    verifier finds nothing wrong, and the published ranges are the source's own values."""
+    name = "unusual_w_%s_%s" % (case.split("-")[0], method)
+    source = name + "_src"
+    make_source(db, qi=STREAM_QIS[case], sa=SA_CASES["empty-string"], rows=120, table=source)
+    with db.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        cur.execute("SELECT * FROM sabre_stream_create(name => %s, source => %s::regclass, arrival => 'id', "
+                    "quasi_identifiers => %s::text[], sensitive => 'sa', t => %s, k => %s, window_size => 60, "
+                    "step => 30, method => %s, output => %s)", (name, source, ["q", "age"], T, K, method, name))
+        advanced = cur.execute("SELECT * FROM sabre_stream_advance(%s)", (name,)).fetchall()
+        v = cur.execute("SELECT * FROM sabre_stream_verify(%s)", (name,)).fetchone()
+    assert advanced and v["violations"] == 0 and v["published_twice"] == 0, (advanced, v)
+    if case != "empty-string":
+        wrong = scalar(db, sql.SQL(
+            "SELECT count(*) FROM {c} AS c WHERE NOT EXISTS (SELECT 1 FROM {k} AS k JOIN {s} AS s ON s.id = k.key "
+            "WHERE k.ec_id = c.ec_id AND k.advance_no = c.advance_no AND s.q::text = c.q_lo::text) "
+            "OR NOT EXISTS (SELECT 1 FROM {k} AS k JOIN {s} AS s ON s.id = k.key WHERE k.ec_id = c.ec_id "
+            "AND k.advance_no = c.advance_no AND s.q::text = c.q_hi::text)").format(
+                c=sql.Identifier(name + "_classes"), k=sql.Identifier(name + "_keys"), s=sql.Identifier(source)))
+        assert wrong == 0
