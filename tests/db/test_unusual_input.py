@@ -396,3 +396,22 @@ def test_stream_with_unusual_values(db, case, method):
             "AND k.advance_no = c.advance_no AND s.q::text = c.q_hi::text)").format(
                 c=sql.Identifier(name + "_classes"), k=sql.Identifier(name + "_keys"), s=sql.Identifier(source)))
         assert wrong == 0
+
+
+@pytest.mark.parametrize("case", ["numeric-beyond-float8", "float8-extremes", "empty-string", "interval"])
+def test_estimate_with_unusual_sa(db, case):
+    make_source(db, qi=("int", "i % 50"), sa=SA_CASES[case], rows=300)
+    db.execute("ANALYZE unusual")
+    rows = db.execute("SELECT classes FROM sabre_estimate(%s::regclass, %s::text[], 'sa', %s::float8[], %s)",
+                      (SOURCE, ["q", "age"], [0.3, 0.6], K)).fetchall()
+    assert len(rows) == 2 and all(r[0] >= 1 for r in rows), rows
+
+
+@pytest.mark.parametrize("case", ["float8-nan", "timestamp-infinity"])
+def test_estimate_names_non_finite_values(db, case):
+    typ, expr, value = NONFINITE[case]
+    make_source(db, sa=(typ, expr), rows=50)
+    db.execute("ANALYZE unusual")
+    expect_error(db, lambda c: c.execute("SELECT * FROM sabre_estimate(%s::regclass, %s::text[], 'sa', %s::float8[], %s)",
+                                         (SOURCE, ["q", "age"], [0.3], K)),
+                 "22023", "non-finite", '"sa"', source=SOURCE)
