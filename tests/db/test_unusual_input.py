@@ -415,3 +415,13 @@ def test_estimate_names_non_finite_values(db, case):
     expect_error(db, lambda c: c.execute("SELECT * FROM sabre_estimate(%s::regclass, %s::text[], 'sa', %s::float8[], %s)",
                                          (SOURCE, ["q", "age"], [0.3], K)),
                  "22023", "non-finite", '"sa"', source=SOURCE)
+
+
+@pytest.mark.parametrize("case", ["bigint-beyond-2^63-range", "float8-overflowing-span", "numeric-beyond-float8"])
+def test_instant_refuses_ranges_it_cannot_bin_exactly(db, case):
+    """sabre_instant bins in float8: such a QI is a documented 22023 pointing to sabre_anonymize."""
+    make_source(db, qi=QI_CASES[case], rows=200)
+    db.execute("ANALYZE unusual")
+    e = expect_error(db, lambda c: c.execute("SELECT * FROM sabre_instant(%s::regclass, %s::text[], %s, output => 'inst')",
+                                             (SOURCE, ["q", "age"], K)), "22023", '"q"', "sabre_instant", source=SOURCE)
+    assert "sabre_anonymize" in e.diag.message_hint
