@@ -425,3 +425,13 @@ def test_instant_refuses_ranges_it_cannot_bin_exactly(db, case):
     e = expect_error(db, lambda c: c.execute("SELECT * FROM sabre_instant(%s::regclass, %s::text[], %s, output => 'inst')",
                                              (SOURCE, ["q", "age"], K)), "22023", '"q"', "sabre_instant", source=SOURCE)
     assert "sabre_anonymize" in e.diag.message_hint
+
+
+@pytest.mark.parametrize("case", ["numeric-beyond-float8", "float8-overflowing-span", "bigint-beyond-2^63-range",
+                                  "interval-unjustified", "empty-string"])
+def test_labels_view_and_utility_with_unusual_values(db, case):
+    make_source(db, qi=QI_CASES[case])
+    run(db, ["q", "age"], "sa", "ak", options={"labels": True})
+    assert scalar(db, "SELECT count(*) FROM out_labels") == ROWS
+    ail = scalar(db, "SELECT ail FROM sabre_utility('out'::regclass, %s::regclass)", (SOURCE,))
+    assert 0 <= ail <= 1
