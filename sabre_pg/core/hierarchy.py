@@ -150,12 +150,15 @@ class Hierarchy:
         label on two nodes with different leaves (an internal node labelled like a leaf of
         another, or like a node elsewhere) would publish two different sets alike.  The same
         label on a chain of nodes with the same leaves (``Other;Other;*``) is unambiguous."""
+        if self.height <= 1 and (self.height == 0 or self.labels[self.root] not in self.leaf_pos or len(self.leaves) == 1):
+            return          # leaves are unique, and the root is no leaf (or the only one)
         spans: dict[str, int] = {}
+        lo, hi = self.lo.tolist(), self.hi.tolist()
         for nid, label in enumerate(self.labels):
             if not nid % ROWS_PER_CHECKPOINT:
                 checkpoint()
             first = spans.setdefault(label, nid)
-            if self.lo[first] != self.lo[nid] or self.hi[first] != self.hi[nid]:
+            if lo[first] != lo[nid] or hi[first] != hi[nid]:
                 a, b = sorted((first, nid), key=lambda x: (self.level[x], x))
                 raise HierarchyError(
                     "hierarchy %s: label '%s' names two different nodes, %s and %s, so a class "
