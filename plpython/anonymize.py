@@ -16,7 +16,7 @@ from __future__ import annotations
 from sabre_pg.core.metrics import discernibility
 from sabre_pg.core.multi_sa import anonymize_multi, most_constraining_of
 from sabre_pg.core.parameters import check_k
-from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
+from sabre_pg.core.sabre import anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
 from . import common as C
@@ -105,7 +105,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
         clock.merge(base[1].phases)
         with clock.phase("read"):
             data = scan.read(plpy, req, encodings, summaries)
-        qis = [QuasiIdentifier(a.name, data.data[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
+        qis = scan.quasi_identifiers(req, data.data, hierarchies)
         try:
             result = anonymize_multi(qis, data.codes_by_sa, [s.domain() for s in summaries], req.thresholds, req.k,
                                      method=req.method, seed=req.options.seed, takeout=req.options.takeout,
@@ -158,7 +158,7 @@ def infeasible(req, culprits):
 
 
 def _engine(req, data, summary, plan, hierarchies):
-    qis = [QuasiIdentifier(a.name, data.data[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
+    qis = scan.quasi_identifiers(req, data.data, hierarchies)
     try:
         return anonymize(qis, data.sa_codes, summary.domain(), req.t, req.k, method=req.method,
                          seed=req.options.seed, takeout=req.options.takeout, weights=req.options.weights,

@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from sabre_pg.core import limits, parameters
-from sabre_pg.core.hierarchy import Hierarchy, check_size
+from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, check_size
 
 from . import errors as E
 from . import safe_types
@@ -124,9 +124,25 @@ def kind_of(col: dict) -> str | None:
     return None
 
 
-def numeric_expr(plpy, name: str, col: dict, prefix: str = "") -> str:
-    """SQL expression giving a numerical column as float8 (dates as days, times as seconds)."""
+# a numeric beyond float8's range, clamped to these for the engine's geometry (``clamp``)
+NUMERIC_FLOAT_MAX, NUMERIC_FLOAT_MIN = "1e300", "1e-300"
+
+
+def numeric_expr(plpy, name: str, col: dict, prefix: str = "", clamp: bool = False) -> str:
+    """SQL expression giving a numerical column as float8 (dates as days, times as seconds).
+
+    ``clamp``: a ``numeric`` beyond float8 (1e400, 1e-400: the cast fails with 22003) becomes
+    +-1e300 or 0, its order kept but not its distances -- for reads whose floats only place rows
+    (the engine's keys and cuts), where the published ranges are the source's own values."""
     c = prefix + qi(plpy, name)
+    if clamp and col["typname"] == "numeric":
+        return ("(CASE WHEN %s IN ('NaN'::pg_catalog.numeric, 'Infinity'::pg_catalog.numeric, "
+                "'-Infinity'::pg_catalog.numeric) OR pg_catalog.abs(%s) OPERATOR(pg_catalog.<=) %s::pg_catalog.numeric "
+                "AND pg_catalog.abs(%s) OPERATOR(pg_catalog.>=) %s::pg_catalog.numeric OR %s OPERATOR(pg_catalog.=) 0 "
+                "THEN %s::pg_catalog.float8 WHEN pg_catalog.abs(%s) OPERATOR(pg_catalog.>) 1 "
+                "THEN pg_catalog.sign(%s)::pg_catalog.float8 OPERATOR(pg_catalog.*) %s::pg_catalog.float8 "
+                "ELSE 0::pg_catalog.float8 END)" % (c, c, NUMERIC_FLOAT_MAX, c, NUMERIC_FLOAT_MIN, c, c, c, c,
+                                                    NUMERIC_FLOAT_MAX))
     if col["typname"] == "date":      # (date - date refuses infinite dates)
         return ("(CASE WHEN isfinite(%s) THEN (%s - date '1970-01-01')::float8 WHEN %s > date '1970-01-01' "
                 "THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END)" % (c, c, c))
@@ -234,10 +250,25 @@ def load_hierarchies(plpy, uses) -> dict:
                              for n, (_, p) in read.items()})
     found = {}
     for name, (owner, paths) in read.items():
-        h = Hierarchy(paths, name=name)
+        h = built_hierarchy(paths, name, stored=True)
         h.fingerprint = {"owner": owner, "sha256": hierarchy_hash(paths)}
         found[name] = h
     return found
+
+
+def built_hierarchy(rows, name, delimiter=";", stored=False) -> Hierarchy:
+    """The validated Hierarchy of ``rows``; a malformed one (ragged rows, two roots, a label
+    naming two different sets of leaves, ...) is 22P04 naming the hierarchy and the label or
+    row.  ``stored``: read from the catalog (defined before a check existed)."""
+    try:
+        return Hierarchy(rows, name=name)
+    except HierarchyError as e:
+        hint = ("Every row must be leaf%slevel1%s...%sroot with the same number of fields, one root, one "
+                "parent per node and unique leaves; every label names one node (an internal node is not "
+                "labelled like a leaf or like another node with other leaves)." % ((delimiter,) * 3))
+        if stored:
+            hint += " Redefine it with sabre_define_hierarchy."
+        raise E.SabreError(E.BAD_FILE_FORMAT, "malformed hierarchy: %s" % e, hint)
 
 
 def _read_rows(plpy, names) -> dict:

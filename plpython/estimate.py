@@ -652,8 +652,11 @@ def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
         stats[a.name] = ColumnStatistics(rel["reltuples"], r["null_frac"], r["n_distinct"], tuple(mcv),
                                          tuple(r["freqs"] or ()), tuple(decode_values(plpy, a, r["histogram"])),
                                          int(r["target"] or 0))
-        if a.numerical and not np.all(np.isfinite(np.asarray(mcv + list(stats[a.name].histogram), float))):
-            raise scan.nonfinite_error([(a.name, int(rel["reltuples"]))])
+        seen = np.asarray(mcv + list(stats[a.name].histogram), float) if a.numerical else np.zeros(0)
+        if not np.all(np.isfinite(seen)):
+            names = sorted({repr(float(v)).replace("nan", "NaN").replace("inf", "Infinity")
+                            for v in seen[~np.isfinite(seen)]})
+            raise scan.nonfinite_error([(a.name, int(rel["reltuples"]))], {a.name: names})
     return stats, rel["analyzed"]
 
 
@@ -669,7 +672,9 @@ def decode_list(plpy, attr, values, given_as: str = "pg_catalog.text[]") -> list
     """Values of ``attr`` given as text (an array literal, or a list of texts with
     ``given_as`` text[]) converted as :func:`decode_values` does."""
     column = C.ident(attr.name)
-    value = C.numeric_expr(plpy, attr.name, attr.col, "u.") if attr.numerical else "(u.%s)::pg_catalog.text" % column
+    # (clamped: a numeric beyond float8 in pg_stats is estimated at +-1e300, not a 22003)
+    value = C.numeric_expr(plpy, attr.name, attr.col, "u.", clamp=True) if attr.numerical else \
+        "(u.%s)::pg_catalog.text" % column
     cast = "$1::pg_catalog.text::%s[]" % attr.col["type"] if given_as == "pg_catalog.text" else \
         "$1::pg_catalog.text[]::%s[]" % attr.col["type"]
     return plpy.execute(plpy.prepare(

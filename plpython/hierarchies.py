@@ -8,7 +8,7 @@ DBA grants.
 from __future__ import annotations
 
 from sabre_pg.core import limits
-from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, parse_arx
+from sabre_pg.core.hierarchy import parse_arx
 
 from . import common as C
 from . import errors as E
@@ -26,12 +26,7 @@ def define(plpy, name, csv, delimiter=";"):
     C.check_hierarchy_size(name, 0, 0, 0, text_bytes)
     rows = parse_arx(csv.lstrip("\ufeff"), delimiter)
     C.check_hierarchy_size(name, len(rows), max((len(r) for r in rows), default=1) - 1, sum(len(r) for r in rows))
-    try:
-        h = Hierarchy(rows, name=name)
-    except HierarchyError as e:
-        raise E.SabreError(E.BAD_FILE_FORMAT, "malformed hierarchy: %s" % e,
-                           "Every row must be leaf%slevel1%s...%sroot with the same number of fields, one "
-                           "root, one parent per node and unique leaves." % (delimiter, delimiter, delimiter))
+    h = C.built_hierarchy(rows, name, delimiter)
     _check_writable(plpy, name)
     plpy.execute(plpy.prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
                               % C.catalog("hierarchies"), ["text"]), [name])

@@ -251,7 +251,25 @@ def qi_levels(a, stats: S.ColumnStatistics, hierarchy, extra_values) -> I.QILeve
     if not len(values):
         raise E.not_in_prerequisite_state('no statistics on the values of "%s"' % a.name, S.NO_STATISTICS_HINT % (
             "the table", C.ident(a.name)))
+    _check_binnable(a, values)
     return I.interval_levels(a.name, values, shares + 1e-12, integer_like(a))
+
+
+BINNABLE = 2.0 ** 52      # |value| below which float8 bins of integers (and spans of floats) are exact enough
+
+
+def _check_binnable(a, values):
+    """22023 when a numerical QI's values reach where sabre_instant's float8 bins are not exact
+    (integers beyond 2^52, a float span that overflows, a numeric beyond float8): its bounds
+    would no longer be truthful.  sabre_anonymize takes any range."""
+    v = np.asarray(values, dtype=np.float64)
+    low, high = float(v.min()), float(v.max())
+    limit = BINNABLE if integer_like(a) else float(C.NUMERIC_FLOAT_MAX)
+    if max(abs(low), abs(high)) >= limit or not np.isfinite(high - low):
+        raise E.invalid_parameter(
+            'quasi-identifier "%s" has values from %r to %r, beyond what sabre_instant bins exactly in float8 '
+            "(|value| < %.0f%s)" % (a.name, low, high, limit, "" if integer_like(a) else ", with a finite span"),
+            "Use sabre_anonymize, which publishes any range exactly, or generalize the column in a view first.")
 
 
 def integer_like(a) -> bool:

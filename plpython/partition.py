@@ -171,7 +171,7 @@ def _grow(ctx, leaves: list, n: int, lookahead: int = 0, max_rows: int = 0) -> l
 
 def _spans(plpy, req, nums, root) -> list:
     """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error')."""
-    exprs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
+    exprs = [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in nums]
     r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
         ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
                   % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["read"], root.where(req)))[0]
@@ -221,7 +221,7 @@ def _bucket_sql(v: str, lo: float, hi: float, size: int) -> str:
 def _cells(plpy, req, summary, nums, bounds) -> _Cells:
     """One scan of the source grouped into cells (:func:`bucket_counts`), read in binary."""
     sizes = bucket_counts(nums, bounds, len(summary.counts))
-    vs = [C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums]
+    vs = [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in nums]
     inner = "SELECT %s, %s, %s AS sa FROM %s AS s%s" % (
         ", ".join("%s AS b%d" % (_bucket_sql("(%s)" % v, lo, hi, z), i)
                   for i, (v, (lo, hi), z) in enumerate(zip(vs, bounds, sizes))),
@@ -316,7 +316,7 @@ def _sides(ctx, leaf, i: int, edge, below, emds) -> list:
     # the smallest value of bucket ``edge`` in the whole table: every row of a lower bucket is
     # below it, every row of this or a higher bucket is not (buckets are monotone)
     at = cells.bucket[:, i] == edge
-    cond = "%s < %s" % (C.numeric_expr(ctx.plpy, qi.name, qi.col), _float_literal(cells.lo[at, i].min()))
+    cond = "%s < %s" % (C.numeric_expr(ctx.plpy, qi.name, qi.col, clamp=True), _float_literal(cells.lo[at, i].min()))
     counts = np.vstack([below, leaf.counts - below])
     return [_Leaf(leaf.conds + [c], int(cs.sum()), cs, emd=float(e), cells=ix) for c, cs, e, ix in
             zip((cond, "NOT (%s)" % cond), counts, emds, (mine[left], mine[~left]))]

@@ -27,12 +27,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sabre_pg.core.generalize import ECIndex
+
 from . import closeness
 from . import common as C
 from . import errors as E
 from . import labels
 from . import transfer as T
 
+# ranges of these types are the source's own values (min and max per class), not a float8 decoded
+# back: an interval's float8 is justified ('400 days' read back as '1 year 1 mon 10 days'), a
+# timestamp far from 1970 loses microseconds, a timetz its zone
+EXACT_RANGE_TYPES = ("numeric", "interval", "timestamp", "timestamptz", "time", "timetz")
+PACKED_OFFSET_BITS = 62        # integer range ends whose offsets need more travel as int8 (not packed)
 SUBSCRIPT_LABELS = 256         # hierarchies with at most this many nodes label by array subscript
 # methods whose classes are runs of the Hilbert order: their side table gets the btree on (bucket,
 # hilbert_key) in the run; for the others ('refine', 'mondrian') the rows are written in that order
@@ -232,16 +239,24 @@ class ClassesTable:
     def __init__(self, req, result, data, keys_table, hierarchies):
         self.req, self.result, self.keys_table, self.hierarchies = req, result, keys_table, hierarchies
         self.fields = [("size", result.sizes)]
-        self.floats, self.selects, self.exact_aggs = [], [], []
+        self.arrays, self.selects, self.exact_aggs = [], [], []     # arrays: (values, SQL array type)
+        self._index = getattr(result, "index", None)
         for i, a in enumerate(req.qis):
-            if a.numerical and a.typname == "numeric":
+            if a.numerical and a.typname in EXACT_RANGE_TYPES:
                 self._exact(a)
             elif a.numerical and a.typname in C.INTEGER_TYPES:
                 self._integer(a, result.generalization[i], int(data[i].min()))
             elif a.numerical:
-                self._float(a, result.generalization[i])
+                self._float(a, self.ranges(data[i]))
             else:
                 self._label(a, result.generalization[i])
+
+    def ranges(self, values) -> tuple:
+        """(min, max) per class of the scanned ``values``: a float QI's bounds are the source's
+        values even where the engine worked on scaled ones (``scan.engine_values``)."""
+        if self._index is None:
+            self._index = ECIndex(self.result.ec, self.result.n_classes)
+        return self._index.min_max(np.asarray(values, dtype=np.float64))
 
     # Each column is a function of the statement being built (pack, words, params, types,
     # joins) returning its select expression, so columns keep the QIs' order.
@@ -252,17 +267,27 @@ class ClassesTable:
             self.selects.append(lambda st, column=column: "g.%s" % column)
 
     def _integer(self, a, g, base):
+        """Offsets from the column's minimum, bit-packed; a range too wide for that (a bigint
+        column from -5e18 to 5e18 spans more than 2^63) travels as the ends themselves."""
+        packed = int(np.max(g.hi)) - base < 1 << PACKED_OFFSET_BITS if len(g.hi) else True
         for suffix, ends in (("_lo", g.lo), ("_hi", g.hi)):
             name = a.name + suffix
+            if not packed:
+                self._array(np.asarray(ends, dtype=np.int64), "int8[]", a, name, "(%s)::%s" % ("%s", a.col["type"]))
+                continue
             self.fields.append((name, np.asarray(ends, dtype=np.int64) - base))
             self.selects.append(lambda st, name=name: "(%d + %s)::%s AS %s" % (
                 base, st.field(name), a.col["type"], C.ident(name)))
 
-    def _float(self, a, g):
-        for suffix, ends in (("_lo", g.lo), ("_hi", g.hi)):
-            self.floats.append(np.asarray(ends, dtype=np.float64))
-            expr = from_float("u.f%d" % (len(self.floats) - 1), a.col) + " AS %s" % C.ident(a.name + suffix)
-            self.selects.append(lambda st, expr=expr: expr)
+    def _float(self, a, ends):
+        for suffix, values in zip(("_lo", "_hi"), ends):
+            self._array(np.asarray(values, dtype=np.float64), "float8[]", a, a.name + suffix, from_float("%s", a.col))
+
+    def _array(self, values, sqltype, a, name, cast):
+        """A column sent as one array parameter; ``cast`` turns its element (``%s``) into the QI's type."""
+        self.arrays.append((values, sqltype))
+        expr = cast % ("u.f%d" % (len(self.arrays) - 1)) + " AS %s" % C.ident(name)
+        self.selects.append(lambda st, expr=expr: expr)
 
     def _label(self, a, g):
         self.fields.append((a.name, g.node))
@@ -280,7 +305,7 @@ class ClassesTable:
         """(SQL, types, params); ``into``: class ids from its offset, into its classes relation."""
         offset = 0 if into is None else into.offset
         emds = self.emds()
-        st = _Statement(T.BitPack(self.fields), emds, self.floats)
+        st = _Statement(T.BitPack(self.fields), emds, self.arrays)
         select = ["u.ec_id", "%s AS size" % st.field("size")] + [
             "u.emd" if alias == name else "u.%s AS %s" % (alias, C.ident(name)) for alias, name, _ in emds] + \
             [make(st) for make in self.selects]
@@ -297,15 +322,15 @@ class ClassesTable:
 class _Statement:
     """Parameters, unnests and joins of the classes statement as its columns are added."""
 
-    def __init__(self, pack, emds, floats):
+    def __init__(self, pack, emds, arrays):
         self.pack, self.words = pack, ["u.w%d" % j for j in range(len(pack.words))]
         self.params, self.types, self.unnests, self.joins = [], [], [], []
         for alias, _, values in emds:
             self.array(alias, np.asarray(values, dtype=np.float64).tolist(), "float8[]")
         for j, w in enumerate(pack.words):
             self.array("w%d" % j, w.tolist(), "int8[]")
-        for j, f in enumerate(floats):
-            self.array("f%d" % j, f.tolist(), "float8[]")
+        for j, (values, sqltype) in enumerate(arrays):
+            self.array("f%d" % j, values.tolist(), sqltype)
 
     def array(self, name, values, sqltype):
         self.params.append(values)

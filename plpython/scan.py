@@ -24,6 +24,7 @@ import numpy as np
 
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.sabre import QuasiIdentifier
 
 from . import common as C
 from . import errors as E
@@ -74,6 +75,27 @@ class Scan:
     data: list                     # per attribute: numbers, or leaf positions
     sa_codes: np.ndarray
     codes_by_sa: np.ndarray | None = None     # several SAs: one column of codes per SA
+
+
+# a float QI whose magnitude reaches this has a span (max - min) that may overflow float8
+HUGE = 2.0 ** 1020
+
+
+def quasi_identifiers(req, columns, hierarchies) -> list:
+    """The engine's QIs of the read ``columns`` (per QI, in the request's order)."""
+    return [QuasiIdentifier(a.name, engine_values(columns[i]), hierarchies.get(a.name))
+            for i, a in enumerate(req.qis)]
+
+
+def engine_values(values):
+    """A column as the engine gets it: float values near float8's limit (|v| >= 2^1020, e.g.
+    +-9e307, whose span max - min overflows to infinity) scaled by 2^-8, so the engine's Hilbert
+    keys, spans and information loss stay finite (its geometry is scale-free).  The published
+    ranges never come from these: publish takes each class's bounds from the scanned values."""
+    values = np.asarray(values)
+    if values.dtype.kind == "f" and len(values) and float(np.max(np.abs(values))) >= HUGE:
+        return np.ldexp(values, -8)
+    return values
 
 
 def encode(plpy, leaves: list) -> Encoding:
@@ -148,7 +170,7 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
                 vtype, "%s::int8" % c if integer else C.numeric_expr(plpy, sa.name, sa.col, "s."),
                 source, where))[0]
         if r["bad"]:
-            raise nonfinite_error([(sa.name, r["bad"])])
+            raise nonfinite_error([(sa.name, r["bad"])], nonfinite_values(plpy, req, [(sa.name, r["bad"])]))
         distinct = T.decode_array(r["vs"], vtype, r["m"])
         counts = T.decode_array(r["ns"], "int8", r["m"])
     else:
@@ -178,7 +200,7 @@ def _numeric_summary(plpy, req, column, sa) -> SASummary:
         "pg_catalog.array_agg(g.n ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns "
         "FROM (SELECT %s AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (column, source, where))[0]
     if r["bad"]:
-        raise nonfinite_error([(sa.name, r["bad"])])
+        raise nonfinite_error([(sa.name, r["bad"])], nonfinite_values(plpy, req, [(sa.name, r["bad"])]))
     _check_rows(plpy, req, r)
     return SASummary(int(r["total"]), np.asarray(r["ns"] or [], dtype=np.int64), None, None, list(r["vs"] or []))
 
@@ -203,6 +225,14 @@ def _leaf_counts(sa, hierarchy, values, counts) -> np.ndarray:
     for v, n in zip(values, counts):
         out[leaf[v]] = n
     return out
+
+
+class NonFinite(Exception):
+    """The read found non-finite values: [(column, rows)] (:func:`read` names them)."""
+
+    def __init__(self, bad):
+        super().__init__(bad)
+        self.bad = bad
 
 
 class ReadPlan:
@@ -253,7 +283,7 @@ class ReadPlan:
             select.append("%s AS a%d" % (T.binary_agg(alias, "int8"), i))
             self.binary[i] = "int8"
         else:
-            inner.append("%s AS a%d" % (C.numeric_expr(None, a.name, a.col, "s."), i))
+            inner.append("%s AS a%d" % (C.numeric_expr(None, a.name, a.col, "s.", clamp=True), i))
             select.append("count(*) FILTER (WHERE %s %s) AS f%d" % (alias, NONFINITE, i))
             select.append("%s AS a%d" % (T.binary_agg(alias, "float8"), i))
             self.binary[i] = "float8"
@@ -269,7 +299,7 @@ class ReadPlan:
             raise nulls
         bad = [(a.name, row["f%d" % i]) for i, a in enumerate(req.attrs) if row.get("f%d" % i)]
         if bad:
-            raise nonfinite_error(bad)
+            raise NonFinite(bad)
         if not req.key.col["notnull"] and row["nk"] < n:
             raise E.null_not_allowed('key column "%s" has %d NULLs' % (req.key.name, n - row["nk"]),
                                      "The key must identify each row: use a primary key or a unique NOT NULL column.")
@@ -308,7 +338,10 @@ def read(plpy, req, encodings: dict, summary) -> Scan:
     frequencies those of the summary (else 40001: the source changed in between).
     ``summary``: an :class:`SASummary`, or a list of them, one per SA (several SAs)."""
     plan = ReadPlan(req, encodings)
-    n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
+    try:
+        n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
+    except NonFinite as e:
+        raise nonfinite_error(e.bad, nonfinite_values(plpy, req, e.bad))
     sensitive = [sa.name for sa in req.sensitive]
     for a in missing:
         if a.name in sensitive and a.numerical:    # a numeric SA value the summary did not have
@@ -382,12 +415,30 @@ def missing_error(a, count, examples):
                                "Add every value as a leaf of the hierarchy (sabre_define_hierarchy replaces it).")
 
 
-def nonfinite_error(bad):
-    """bad: [(column, rows)] of numerical attributes holding NaN or infinities."""
+def nonfinite_error(bad, values=None):
+    """bad: [(column, rows)] of numerical attributes holding NaN or infinities; ``values``:
+    {column: the distinct non-finite values found, as text} when known (:func:`nonfinite_values`)."""
+    values = values or {}
     return E.invalid_parameter("non-finite values (NaN or infinity) in %s" % ", ".join(
-        '"%s" (%d rows)' % b for b in bad),
+        '"%s" (%d rows%s)' % (name, rows, ": " + ", ".join(values[name]) if values.get(name) else "")
+        for name, rows in bad),
         "A numerical attribute needs finite values to be generalized to a range: filter or "
         "replace them in a view.")
+
+
+def nonfinite_values(plpy, req, bad) -> dict:
+    """{column: its distinct non-finite values as text ('NaN', 'Infinity', 'infinity', ...)} of
+    the columns in ``bad`` (the error path only: one small query per column)."""
+    by_name = {a.name: a for a in req.attrs}
+    found = {}
+    for name, _ in bad:
+        a = by_name.get(name)
+        if a is None:
+            continue
+        found[name] = [r["v"] for r in plpy.execute(
+            "SELECT DISTINCT (s.%s)::pg_catalog.text AS v FROM %s AS s WHERE %s %s ORDER BY 1 LIMIT 3" % (
+                C.ident(name), req.source["read"], C.numeric_expr(None, name, a.col, "s.", clamp=True), NONFINITE))]
+    return found
 
 
 def no_rows(source, where):

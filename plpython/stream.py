@@ -43,7 +43,6 @@ from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.exact_emd import ClassEMDs
 from sabre_pg.core.hierarchy import Hierarchy
-from sabre_pg.core.sabre import QuasiIdentifier
 
 from . import common as C
 from . import cron
@@ -505,7 +504,7 @@ def read_window(plpy, s, req, window):
     if order is None:
         raise deleted(window.size - data.rows, window)
     columns = [np.asarray(d)[order] for d in data.data]
-    qis = [QuasiIdentifier(a.name, columns[i], hierarchies.get(a.name)) for i, a in enumerate(req.qis)]
+    qis = scan.quasi_identifiers(req, columns, hierarchies)
     return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
 
 

@@ -153,7 +153,7 @@ def _read_columns(plpy, source_q, attrs, what, leaves):
     sel, joins, params, types = [], [], [], []
     for i, a in enumerate(attrs):
         if a.numerical:
-            sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s."), i))
+            sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True), i))
         else:
             joins.append(_leaf_join(plpy, a, i, params, types, "s."))
             sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (i, i, i, i))
@@ -178,7 +178,7 @@ def _read_output(plpy, output_q, attrs, out_name):
         if a.numerical:
             for suf in ("_lo", "_hi"):
                 col = {"typname": a.col["typname"], "category": a.col["category"]}
-                sel.append("array_agg(%s) AS a%d%s" % (C.numeric_expr(plpy, a.name + suf, col, "o."), i, suf))
+                sel.append("array_agg(%s) AS a%d%s" % (C.numeric_expr(plpy, a.name + suf, col, "o.", clamp=True), i, suf))
         else:
             labels = W.node_of_label(a.hierarchy)
             p1, p2 = len(params) + 1, len(params) + 2
@@ -189,7 +189,7 @@ def _read_output(plpy, output_q, attrs, out_name):
             sel.append("array_agg(m%d.node) AS a%d, count(*) - count(m%d.node) AS miss%d" % (i, i, i, i))
     j = len(qis)
     if sa.numerical:
-        sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, sa.name, sa.col, "o."), j))
+        sel.append("array_agg(%s) AS a%d" % (C.numeric_expr(plpy, sa.name, sa.col, "o.", clamp=True), j))
     else:
         joins.append(_leaf_join(plpy, sa, j, params, types, "o."))
         sel.append("array_agg(m%d.pos - 1) AS a%d, count(*) - count(m%d.pos) AS miss%d" % (j, j, j, j))

@@ -31,7 +31,7 @@ Each class's EMD is a fraction ``numerator / denominator`` of integers.
 
 Arithmetic is vectorized int64 when a bound on every intermediate value proves it cannot
 overflow, else Python integers in object arrays (same code).  ``exceeds(t)`` compares with
-``fractions.Fraction(t)`` exactly: an EMD equal to t is not a violation.
+the decimal t is written as (:func:`threshold`) exactly: an EMD equal to t is not a violation.
 """
 from __future__ import annotations
 
@@ -80,14 +80,18 @@ class ClassEMDs:
         return Fraction(int(self.numerators[i]), int(self.denominators[i]))
 
     def exceeds(self, t: float) -> np.ndarray:
-        """Boolean per class: EMD > t, decided exactly.
+        """Boolean per class: EMD > t, decided exactly against the decimal ``t`` stands for
+        (:func:`threshold`: ``0.3`` is 3/10, not the binary double just below it).
 
-        ``emd`` is correctly rounded and rounding is monotone, so ``emd > t`` implies
-        EMD > t and ``emd < t`` implies EMD < t; only ``emd == t`` is compared as fractions.
+        ``emd`` is correctly rounded and rounding is monotone, so a class whose ``emd`` is more
+        than two ulps away from t is decided by ``emd``; only those nearer are compared as
+        fractions.
         """
-        ft = _fraction(t)
-        out = self.emd > float(ft)
-        tie = np.flatnonzero(self.emd == float(ft)) if float(ft) == ft else np.arange(len(self.emd))
+        ft = threshold(t)
+        f = float(ft)
+        near = 2 * np.spacing(f)
+        out = self.emd > f
+        tie = np.flatnonzero(np.abs(self.emd - f) <= near)
         num, den = ft.numerator, ft.denominator
         for i in tie:
             checkpoint()
@@ -102,9 +106,13 @@ class ClassEMDs:
         return int(np.count_nonzero(self.violating(t, k)))
 
 
-def _fraction(t) -> Fraction:
+def threshold(t) -> Fraction:
+    """t as the exact decimal it is written as: the shortest decimal that reads back as the
+    float8 ``t`` (``repr``), so ``t => 0.3`` means 3/10 and a class of EMD exactly 3/10 is
+    within it, while ``t => 0.2999999999`` is below 3/10.  It differs from the double by at
+    most half an ulp."""
     try:
-        return Fraction(t)
+        return Fraction(repr(float(t)))
     except (ValueError, OverflowError, TypeError):
         raise ValueError("t must be a finite number, got %r" % (t,)) from None
 

@@ -80,8 +80,9 @@ class Hierarchy:
         node id of each leaf's ancestor at every level (column 0 is the leaf itself).
     """
 
-    def __init__(self, rows, name: str | None = None):
+    def __init__(self, rows, name: str | None = None, empty_leaves: bool = False):
         self.name = name
+        self.empty_leaves = empty_leaves
         rows = [list(r) for r in rows]
         self._check_rows(rows)
         width = len(rows[0])
@@ -142,9 +143,39 @@ class Hierarchy:
         self.parent = parent
         self.root = int(anc[0, height])
         self.node_id = node_id
+        self._check_labels()
+
+    def _check_labels(self) -> None:
+        """Every label names one set of leaves: a class is published as its node's label, so a
+        label on two nodes with different leaves (an internal node labelled like a leaf of
+        another, or like a node elsewhere) would publish two different sets alike.  The same
+        label on a chain of nodes with the same leaves (``Other;Other;*``) is unambiguous."""
+        if self.height <= 1 and (self.height == 0 or self.labels[self.root] not in self.leaf_pos or len(self.leaves) == 1):
+            return          # leaves are unique, and the root is no leaf (or the only one)
+        spans: dict[str, int] = {}
+        lo, hi = self.lo.tolist(), self.hi.tolist()
+        for nid, label in enumerate(self.labels):
+            if not nid % ROWS_PER_CHECKPOINT:
+                checkpoint()
+            first = spans.setdefault(label, nid)
+            if lo[first] != lo[nid] or hi[first] != hi[nid]:
+                a, b = sorted((first, nid), key=lambda x: (self.level[x], x))
+                raise HierarchyError(
+                    "hierarchy %s: label '%s' names two different nodes, %s and %s, so a class "
+                    "generalized to one would read as the other" % (self._nm(), label, self._describe(a),
+                                                                   self._describe(b)))
+
+    def _describe(self, nid: int) -> str:
+        """A node for messages: a leaf, or a level-j node with its first leaves."""
+        if self.level[nid] == 0:
+            return "a leaf"
+        leaves = self.leaves[self.lo[nid]:self.hi[nid]]
+        shown = ", ".join("'%s'" % x for x in leaves[:3]) + (", ..." if len(leaves) > 3 else "")
+        return "the level-%d node over %s" % (int(self.level[nid]), shown)
 
     def _check_rows(self, rows) -> None:
-        """Rows of one width, no empty label, one root, every leaf once."""
+        """Rows of one width, no empty label (but the leaf ``''`` when ``empty_leaves``: a
+        column's own value in a flat hierarchy), one root, every leaf once."""
         if not rows:
             raise HierarchyError("hierarchy %s has no rows" % self._nm())
         width = len(rows[0])
@@ -158,7 +189,7 @@ class Hierarchy:
                     "hierarchy %s: row %d has %d fields, row 1 has %d (ragged rows): %s"
                     % (self._nm(), i + 1, len(r), width, ";".join(r)))
             for j, lab in enumerate(r):
-                if lab == "":
+                if lab == "" and not (j == 0 and self.empty_leaves and width > 1):
                     raise HierarchyError("hierarchy %s: row %d has an empty label in column %d"
                                          % (self._nm(), i + 1, j + 1))
         for i, r in enumerate(rows):
@@ -190,7 +221,8 @@ class Hierarchy:
         if not leaves:
             raise HierarchyError("a flat hierarchy needs at least one value")
         root = flat_root_label(leaves)
-        return cls([[leaf, root] for leaf in leaves], name=name)
+        # the empty string is a value like any other (a leaf; the root is never empty)
+        return cls([[leaf, root] for leaf in leaves], name=name, empty_leaves=True)
 
     def _nm(self) -> str:
         return "'%s'" % self.name if self.name else "(unnamed)"

@@ -92,7 +92,7 @@ class BucketEMD:
             present = np.flatnonzero(bucketization.q[b.lo:b.hi] > 0)
             representatives.append(b.lo + (int(present[0]) if len(present) else 0))
         if h.height:
-            self.tree = Hierarchy([h.rows[r] for r in representatives])
+            self.tree = Hierarchy([h.rows[r] for r in representatives], empty_leaves=getattr(h, "empty_leaves", False))
 
     def pair_distance(self, i, j) -> np.ndarray:
         """d^u between buckets i and j (arrays of bucket indices, broadcast)."""

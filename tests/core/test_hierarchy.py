@@ -4,6 +4,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import re
+
 import pytest
 
 from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, flat_root_label, parse_arx
@@ -103,11 +105,31 @@ def test_lca_vectorized_vs_naive(h):
 
 
 def test_same_label_on_two_levels():
-    h = Hierarchy([["a", "Other", "*"], ["Other", "Other", "*"], ["b", "B", "*"]])
+    """A label on a chain of nodes over the same leaves is one set: allowed."""
+    h = Hierarchy([["a", "A", "*"], ["Other", "Other", "*"], ["b", "B", "*"]])
     assert h.n_leaves == 3
     assert h.height == 2
-    assert h.lca_level(h.leaf_pos["a"], h.leaf_pos["Other"]) == 1
-    assert h.lca_level(h.leaf_pos["a"], h.leaf_pos["b"]) == 2
+    assert h.lca_level(h.leaf_pos["a"], h.leaf_pos["Other"]) == 2
+    assert h.lca_level(h.leaf_pos["a"], h.leaf_pos["a"]) == 0
+
+
+@pytest.mark.parametrize("rows, label", [
+    ([["a", "Other", "*"], ["Other", "Other", "*"], ["b", "B", "*"]], "Other"),   # internal node = a leaf
+    ([["a", "a", "*"], ["b", "a", "*"]], "a"),
+    ([["a", "X", "R", "*"], ["b", "Y", "X", "*"]], "X"),                      # two internal nodes
+    ([["a", "*"], ["*", "*"]], "*"),                                           # the root = a leaf
+])
+def test_a_label_naming_two_sets_of_leaves_is_refused(rows, label):
+    """A class over {a, Other} would be published as 'Other', which reads as the leaf."""
+    with pytest.raises(HierarchyError, match="label '%s' names two different nodes" % re.escape(label)):
+        Hierarchy(rows, name="h")
+
+
+def test_flat_hierarchy_takes_the_empty_string():
+    h = Hierarchy.flat(["x", "", "y"])
+    assert h.leaves == ["", "x", "y"] and h.labels[h.root] == "*"
+    with pytest.raises(HierarchyError, match="empty label"):
+        Hierarchy([["", "*"], ["x", "*"]])
 
 
 def test_from_arx_and_round_trip(h):
