@@ -218,10 +218,54 @@ def sql_files() -> list[Path]:
 
 def render_sql(text: str, schema: str) -> str:
     text = _LIMIT.sub(lambda m: str(int(getattr(limits, m.group(1)))), text)
-    return text.replace("@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
+    text = _RECORD_FORM.sub(lambda m: DROP_RECORD_FORM % {"sig": m.group(1)}, text)
+    return text.replace("@errors@", ERRORS.rstrip("\n")).replace(
+        "@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
 
 
 _LIMIT = re.compile(r"@limit:([A-Z0-9_]+)@")     # a cap of sabre_pg.core.limits, as a number
+_RECORD_FORM = re.compile(r"@drop_record_form:([^@]+)@")
+
+# ``@errors@``: the exception clause of every PL/pgSQL wrapper of a PL/Python entry point
+# (docs/security.md, "Errors").  PL/Python reports an error as "plpy.Error: <message>" with its
+# traceback as CONTEXT; the wrapper re-raises it as PostgreSQL reports its own: the message
+# without the Python prefix, the same SQLSTATE, DETAIL and HINT, and a one-line CONTEXT (the
+# wrapper's RAISE).  The traceback goes to the server log (LOG, never sent at the default
+# client_min_messages).  A cancel (57014) is re-raised the same way.
+ERRORS = r"""EXCEPTION WHEN OTHERS OR query_canceled THEN
+    DECLARE
+        e_message pg_catalog.text; e_state pg_catalog.text; e_detail pg_catalog.text;
+        e_hint pg_catalog.text; e_context pg_catalog.text;
+    BEGIN
+        GET STACKED DIAGNOSTICS e_message = MESSAGE_TEXT, e_state = RETURNED_SQLSTATE,
+            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT, e_context = PG_EXCEPTION_CONTEXT;
+        RAISE LOG USING MESSAGE = e_message, DETAIL = e_context;
+        e_message := pg_catalog.regexp_replace(e_message,
+            '^(plpy[.](Error|SPIError|Fatal)|spiexceptions[.][A-Za-z]+): ', '');
+        IF e_detail OPERATOR(pg_catalog.=) '' AND e_hint OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state;
+        ELSIF e_detail OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state, HINT = e_hint;
+        ELSIF e_hint OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state, DETAIL = e_detail;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state, DETAIL = e_detail, HINT = e_hint;
+        END IF;
+    END;
+"""
+
+# ``@drop_record_form:<name(argument types)>@`` (of the sabre schema): drop that function when it still returns
+# ``record`` (RETURNS TABLE, before its wrapper returned a composite type: a function's result
+# type cannot be replaced in place).
+DROP_RECORD_FORM = """DO $retype$
+BEGIN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc AS p
+        WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('@schema@.%(sig)s'))
+       OPERATOR(pg_catalog.=) 'pg_catalog.record'::pg_catalog.regtype THEN
+        DROP FUNCTION @schema@.%(sig)s;
+    END IF;
+END
+$retype$;"""
 
 
 def source_hash(schema: str = "sabre") -> str:

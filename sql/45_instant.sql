@@ -3,7 +3,18 @@
 -- GROUPING SETS.  Thin PL/Python wrapper around sabre_plpy.instant (docs/instant.md).
 -- VOLATILE: it writes the output (and, on request, statistics).  Idempotent.
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_instant(
+-- The result of sabre_instant: its PL/pgSQL wrapper (installer.ERRORS) cannot declare a result column named like a parameter (output).
+DO $type$
+BEGIN
+    IF pg_catalog.to_regtype('@schema@.instant_result') IS NULL THEN
+        CREATE TYPE @schema@.instant_result AS (output regclass, levels integer[], scans integer, candidates_tried integer,
+            predicted_probability double precision, suppressed bigint, lm double precision,
+            classes bigint, seconds double precision);
+    END IF;
+END
+$type$;
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_instant_impl(
     source            regclass,
     quasi_identifiers text[],
     k                 integer,
@@ -19,6 +30,25 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import instant
 return instant.instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, output, options)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_instant_impl(regclass, text[], integer, integer, text, double precision, text, jsonb) IS
+    'Internal: the PL/Python implementation behind sabre_instant (which reports its errors)';
+@drop_record_form:sabre_instant(regclass, text[], integer, integer, text, double precision, text, jsonb)@
+CREATE OR REPLACE FUNCTION @schema@.sabre_instant(
+    source            regclass,
+    quasi_identifiers text[],
+    k                 integer,
+    l                 integer DEFAULT NULL,
+    sensitive         text DEFAULT NULL,
+    max_suppressed    double precision DEFAULT 0.0,
+    output            text DEFAULT NULL,
+    options           jsonb DEFAULT '{}'::jsonb)
+RETURNS SETOF @schema@.instant_result
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM @schema@.sabre_instant_impl($1, $2, $3, $4, $5, $6, $7, $8);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_instant(regclass, text[], integer, integer, text, double precision, text, jsonb) IS
     'S-INSTANT (Nergiz et al., TODS 2011): the least-loss full-domain generalization predicted k-anonymous '
