@@ -1,5 +1,11 @@
 -- sabre-pg SQL API: thin PL/Python wrappers around sabre_plpy (plpython/*.py), which call
 -- the core engine (sabre_pg.core).  Idempotent.
+--
+-- Each entry point is written once, as the PL/Python function <name>_impl; the line
+-- @wrap:<name>[:<type>]@ after it makes the function users call (sabre_pg.installer.wrapper):
+-- PL/pgSQL, same parameters, result and volatility, which reports the implementation's errors
+-- as PostgreSQL reports its own (installer.ERRORS: no "plpy.Error:" prefix, DETAIL and HINT
+-- kept, a one-line CONTEXT; the Python traceback in the server log).
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy_impl(
     name text, csv text, delimiter text DEFAULT ';')
@@ -11,15 +17,7 @@ return hierarchies.define(plpy, name, csv, delimiter)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_define_hierarchy_impl(text, text, text) IS
     'Internal: the PL/Python implementation behind sabre_define_hierarchy (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy(
-    name text, csv text, delimiter text DEFAULT ';')
-RETURNS TABLE (hierarchy text, leaves integer, height integer)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_define_hierarchy_impl($1, $2, $3);
-@errors@
-END
-$fn$;
+@wrap:sabre_define_hierarchy@
 COMMENT ON FUNCTION @schema@.sabre_define_hierarchy(text, text, text) IS
     'Store (or replace) an ARX-format hierarchy: one row per leaf, leaf;level1;...;root';
 
@@ -32,14 +30,7 @@ return hierarchies.drop(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy_impl(text) IS
     'Internal: the PL/Python implementation behind sabre_drop_hierarchy (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_drop_hierarchy(name text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN @schema@.sabre_drop_hierarchy_impl($1);
-@errors@
-END
-$fn$;
+@wrap:sabre_drop_hierarchy@
 COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy(text) IS
     'Drop a hierarchy you own (true), or return false when none has that name';
 
@@ -146,20 +137,7 @@ return verify.run(plpy, output, sensitive, t, k, hierarchy, l)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_verify_impl(regclass, text, double precision, integer, text, integer) IS
     'Internal: the PL/Python implementation behind sabre_verify (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
-    output    regclass,
-    sensitive text,
-    t         double precision,
-    k         integer DEFAULT 1,
-    hierarchy text DEFAULT NULL,
-    l         integer DEFAULT NULL)
-RETURNS TABLE (classes bigint, violations bigint, max_emd double precision, min_class_size bigint)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_verify_impl($1, $2, $3, $4, $5, $6);
-@errors@
-END
-$fn$;
+@wrap:sabre_verify@
 COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, integer, text, integer) IS
     'Recompute t-closeness (t NULL: not checked), k-anonymity and distinct l-diversity (l) of an output '
     'from the relation alone (classes = ec_id groups)';
@@ -222,18 +200,6 @@ return verify.run_multi(plpy, output, sensitive, thresholds, k, hierarchies)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_verify_impl(regclass, text[], double precision[], integer, text[]) IS
     'Internal: the PL/Python implementation behind sabre_verify (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
-    output      regclass,
-    sensitive   text[],
-    thresholds  double precision[],
-    k           integer DEFAULT 1,
-    hierarchies text[] DEFAULT NULL)
-RETURNS TABLE (classes bigint, violations bigint, max_emd double precision[], min_class_size bigint)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_verify_impl($1, $2, $3, $4, $5);
-@errors@
-END
-$fn$;
+@wrap:sabre_verify@
 COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text[], double precision[], integer, text[]) IS
     'Recompute t-closeness on several sensitive columns (each with its own t) and k-anonymity of an output';

@@ -49,21 +49,7 @@ BEGIN
 END
 $type$;
 
-@drop_record_form:sabre_estimate(regclass, text[], text, double precision[], integer, jsonb)@
-CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
-    source            regclass,
-    quasi_identifiers text[],
-    sensitive         text,
-    t                 double precision[],
-    k                 integer DEFAULT 1,
-    options           jsonb DEFAULT '{}'::jsonb)
-RETURNS SETOF @schema@.estimate_result
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_estimate_impl($1, $2, $3, $4, $5, $6);
-@errors@
-END
-$fn$;
+@wrap:sabre_estimate:estimate_result@
 COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb) IS
     'Predict sabre_anonymize''s buckets, U, classes and class size for each t from pg_stats and '
     'reltuples, without reading the table, with their range over resampled frequencies when '

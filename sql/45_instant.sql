@@ -33,23 +33,7 @@ return instant.instant(plpy, source, quasi_identifiers, k, l, sensitive, max_sup
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_instant_impl(regclass, text[], integer, integer, text, double precision, text, jsonb) IS
     'Internal: the PL/Python implementation behind sabre_instant (which reports its errors)';
-@drop_record_form:sabre_instant(regclass, text[], integer, integer, text, double precision, text, jsonb)@
-CREATE OR REPLACE FUNCTION @schema@.sabre_instant(
-    source            regclass,
-    quasi_identifiers text[],
-    k                 integer,
-    l                 integer DEFAULT NULL,
-    sensitive         text DEFAULT NULL,
-    max_suppressed    double precision DEFAULT 0.0,
-    output            text DEFAULT NULL,
-    options           jsonb DEFAULT '{}'::jsonb)
-RETURNS SETOF @schema@.instant_result
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_instant_impl($1, $2, $3, $4, $5, $6, $7, $8);
-@errors@
-END
-$fn$;
+@wrap:sabre_instant:instant_result@
 COMMENT ON FUNCTION @schema@.sabre_instant(regclass, text[], integer, integer, text, double precision, text, jsonb) IS
     'S-INSTANT (Nergiz et al., TODS 2011): the least-loss full-domain generalization predicted k-anonymous '
     '(and distinct l-diverse) from the statistics, validated on the data, materialized as <source>_instant';

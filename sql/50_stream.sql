@@ -143,27 +143,7 @@ return stream.create(plpy, name, source, arrival, quasi_identifiers, sensitive, 
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_create_impl(text, regclass, text, text[], text, double precision, integer, integer, integer, text, text, jsonb) IS
     'Internal: the PL/Python implementation behind sabre_stream_create (which reports its errors)';
-@drop_record_form:sabre_stream_create(text, regclass, text, text[], text, double precision, integer, integer, integer, text, text, jsonb)@
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_create(
-    name              text,
-    source            regclass,
-    arrival           text,
-    quasi_identifiers text[],
-    sensitive         text,
-    t                 double precision,
-    k                 integer,
-    window_size       integer,
-    step              integer,
-    method            text DEFAULT 'ak',
-    output            text DEFAULT NULL,
-    options           jsonb DEFAULT '{}'::jsonb)
-RETURNS SETOF @schema@.stream_create_result
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_stream_create_impl($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_create:stream_create_result@
 COMMENT ON FUNCTION @schema@.sabre_stream_create(text, regclass, text, text[], text, double precision, integer, integer, integer, text, text, jsonb) IS
     'SABRE_W: a stream over an append-only table, published with (window_size, t)-closeness as it grows';
 
@@ -177,15 +157,7 @@ return stream.advance(plpy, name, max_advances)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_advance_impl(text, integer) IS
     'Internal: the PL/Python implementation behind sabre_stream_advance (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_advance(name text, max_advances integer DEFAULT NULL)
-RETURNS TABLE (advance_no bigint, case_no integer, d double precision, rows bigint, classes bigint,
-               max_emd double precision, seconds double precision)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_stream_advance_impl($1, $2);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_advance@
 COMMENT ON FUNCTION @schema@.sabre_stream_advance(text, integer) IS
     'Process every complete step that has arrived (at most max_advances): one row per window advance';
 
@@ -201,17 +173,7 @@ return stream.status(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_status_impl(text) IS
     'Internal: the PL/Python implementation behind sabre_stream_status (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_status(name text)
-RETURNS TABLE (stream text, output regclass, advances bigint, window_first bigint, window_last bigint,
-               numbered bigint, rows_arrived bigint, published bigint, pending bigint,
-               sg_classes integer, sg_rows bigint, last_case integer, last_advance_at timestamptz,
-               advances_ready bigint, lag interval, cron_job bigint)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_stream_status_impl($1);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_status@
 COMMENT ON FUNCTION @schema@.sabre_stream_status(text) IS
     'Position, pending rows, S_G size, last case and lag of a stream';
 
@@ -226,16 +188,7 @@ return stream.verify(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_verify_impl(text) IS
     'Internal: the PL/Python implementation behind sabre_stream_verify (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_verify(name text)
-RETURNS TABLE (advances bigint, classes bigint, rows bigint, violations bigint, max_emd double precision,
-               min_class_size bigint, published_twice bigint, expired_unpublished bigint,
-               updated bigint, deleted bigint, late bigint)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_stream_verify_impl($1);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_verify@
 COMMENT ON FUNCTION @schema@.sabre_stream_verify(text) IS
     'Recheck a stream from its output and the source: every class within t of its generating window and '
     '>= k rows, every expired row published once; published rows updated or deleted in the source, late rows';
@@ -249,14 +202,7 @@ return stream.drop(plpy, name, purge)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_drop_impl(text, boolean) IS
     'Internal: the PL/Python implementation behind sabre_stream_drop (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_drop(name text, purge boolean DEFAULT false)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN @schema@.sabre_stream_drop_impl($1, $2);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_drop@
 COMMENT ON FUNCTION @schema@.sabre_stream_drop(text, boolean) IS
     'Drop a stream and its state (and its pg_cron job); purge => true also drops its output relations';
 
@@ -269,14 +215,7 @@ return schedule.stream(plpy, name, cron)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_schedule_impl(text, text) IS
     'Internal: the PL/Python implementation behind sabre_stream_schedule (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_schedule(name text, cron text)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN @schema@.sabre_stream_schedule_impl($1, $2);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_schedule@
 COMMENT ON FUNCTION @schema@.sabre_stream_schedule(text, text) IS
     'A pg_cron job that calls sabre_stream_advance on the cron schedule; returns the job id';
 
@@ -289,14 +228,7 @@ return schedule.unschedule_stream(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_unschedule_impl(text) IS
     'Internal: the PL/Python implementation behind sabre_stream_unschedule (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_unschedule(name text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN @schema@.sabre_stream_unschedule_impl($1);
-@errors@
-END
-$fn$;
+@wrap:sabre_stream_unschedule@
 COMMENT ON FUNCTION @schema@.sabre_stream_unschedule(text) IS
     'Remove the pg_cron job of a stream (false when it had none)';
 
@@ -311,15 +243,7 @@ return schedule.refresh(plpy, output)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_refresh_impl(text) IS
     'Internal: the PL/Python implementation behind sabre_refresh (which reports its errors)';
-@drop_record_form:sabre_refresh(text)@
-CREATE OR REPLACE FUNCTION @schema@.sabre_refresh(output text)
-RETURNS SETOF @schema@.run_result
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_refresh_impl($1);
-@errors@
-END
-$fn$;
+@wrap:sabre_refresh:run_result@
 COMMENT ON FUNCTION @schema@.sabre_refresh(text) IS
     'Rerun the recorded sabre_anonymize call of an output (its atomic replacement)';
 
@@ -332,13 +256,6 @@ return schedule.refresh_job(plpy, output, cron)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_schedule_refresh_impl(regclass, text) IS
     'Internal: the PL/Python implementation behind sabre_schedule_refresh (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_schedule_refresh(output regclass, cron text)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN @schema@.sabre_schedule_refresh_impl($1, $2);
-@errors@
-END
-$fn$;
+@wrap:sabre_schedule_refresh@
 COMMENT ON FUNCTION @schema@.sabre_schedule_refresh(regclass, text) IS
     'A pg_cron job that reruns the recorded sabre_anonymize call of an output; returns the job id';

@@ -25,24 +25,7 @@ return partition.run_plan(plpy, source, quasi_identifiers, sensitive, t, k, meth
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_partitions_impl(regclass, text[], text, double precision, integer, text, text, jsonb, boolean) IS
     'Internal: the PL/Python implementation behind sabre_partitions (which reports its errors)';
-CREATE OR REPLACE FUNCTION @schema@.sabre_partitions(
-    source            regclass,
-    quasi_identifiers text[],
-    sensitive         text,
-    t                 double precision,
-    k                 integer DEFAULT 1,
-    method            text DEFAULT 'refine',
-    output            text DEFAULT NULL,
-    options           jsonb DEFAULT '{}'::jsonb,
-    stage_rows        boolean DEFAULT false)
-RETURNS TABLE (part integer, rows bigint, emd double precision, budget double precision,
-               predicate text, part_output text, part_options jsonb, part_rows text)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_partitions_impl($1, $2, $3, $4, $5, $6, $7, $8, $9);
-@errors@
-END
-$fn$;
+@wrap:sabre_partitions@
 COMMENT ON FUNCTION @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb, boolean) IS
     'The parts of a partitioned run (options.partitions): a predicate, its rows, its EMD to the table and the '
     'budget t its sabre_anonymize gets, with the part output name and options to pass; with stage_rows (and '
@@ -68,24 +51,7 @@ return partition.run_publish(plpy, source, quasi_identifiers, sensitive, t, k, m
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_publish_parts_impl(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS
     'Internal: the PL/Python implementation behind sabre_publish_parts (which reports its errors)';
-@drop_record_form:sabre_publish_parts(regclass, text[], text, double precision, integer, text, text, jsonb, text[])@
-CREATE OR REPLACE FUNCTION @schema@.sabre_publish_parts(
-    source            regclass,
-    quasi_identifiers text[],
-    sensitive         text,
-    t                 double precision,
-    k                 integer,
-    method            text,
-    output            text,
-    options           jsonb,
-    parts             text[])
-RETURNS SETOF @schema@.run_result
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN QUERY SELECT * FROM @schema@.sabre_publish_parts_impl($1, $2, $3, $4, $5, $6, $7, $8, $9);
-@errors@
-END
-$fn$;
+@wrap:sabre_publish_parts:run_result@
 COMMENT ON FUNCTION @schema@.sabre_publish_parts(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS
     'Publish the outputs of a partitioned run''s parts as one output: every source row once, every class '
     'within t of the whole table (exact EMD) and >= k, swapped in atomically and recorded in sabre.runs';
