@@ -119,3 +119,17 @@ def test_steps_follow_the_plan_and_never_go_back():
     assert [e["within"] for e in events if e["phase"] == "hilbert"] == ["number", "number", "advance", "advance",
                                                                          "advance", "advance"]
     assert not stopwatch.observing()
+
+
+def test_a_partitioned_publish_repeats_phases_within_its_three_steps():
+    """sabre_publish_parts times check, build_output, build_output, check, swap (its plan:
+    plpython/partition.py PUBLISH_STEPS)."""
+    events = []
+    sw = Stopwatch()
+    with observed(events.append):
+        stopwatch.plan(("check", "build_output", "swap"))
+        for name in ["check", "build_output", "build_output", "check", "swap"]:
+            with sw.phase(name):
+                pass
+    assert [e["step"] for e in events] == [1, 1, 2, 2, 2, 2, 2, 2, 3, 3]
+    assert {e["steps"] for e in events} == {3}
