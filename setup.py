@@ -1,8 +1,8 @@
-"""Build hook: the wheel carries ``sql/*.sql`` and ``plpython/*.py`` as package data.
+"""Build hook: the wheel carries ``sql/*.sql`` and ``plpython/**/*.py`` as package data.
 
 The top-level folders stay the source of truth.  ``build_py`` copies them into the built
-package as ``sabre_pg/_sql`` and ``sabre_pg/_plpython`` (never into the checkout), and
-``sabre_pg.installer`` looks there first, then beside the package (a checkout or an
+package as ``sabre_pg/_sql`` and ``sabre_pg/_plpython`` (never into the checkout; subfolders
+kept), and ``sabre_pg.installer`` looks there first, then beside the package (a checkout or an
 editable install).  The sdist carries the top-level folders (MANIFEST.in), so a wheel built
 from the sdist gets the same files.  Everything else is in pyproject.toml.
 """
@@ -14,7 +14,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 # (folder at the repository root, folder inside the package, files carried)
-PACKAGE_DATA = (("sql", "_sql", "*.sql"), ("plpython", "_plpython", "*.py"))
+PACKAGE_DATA = (("sql", "_sql", "*.sql"), ("plpython", "_plpython", "**/*.py"))
 
 
 class build_py_with_sources(build_py):
@@ -33,7 +33,9 @@ class build_py_with_sources(build_py):
                 shutil.rmtree(dest)
             dest.mkdir(parents=True)
             for f in files:
-                shutil.copy2(f, dest / f.name)
+                target = dest / f.relative_to(ROOT / source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, target)
 
 
 setup(cmdclass={"build_py": build_py_with_sources})

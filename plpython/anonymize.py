@@ -53,7 +53,7 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
                 hierarchies = scan.hierarchies(plpy, req)
                 encodings = scan.encodings(plpy, hierarchies)
         if partitioned:
-            return partition.run(plpy, req, clock)
+            return partition.run(plpy, req, clock, run_part)
         return _anonymize(plpy, req, hierarchies, encodings, clock)
 
 
@@ -100,7 +100,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
             req = request.build(plpy, source, source_name, quasi_identifiers, list(sensitive), list(t), k, method,
                                 output, options)
             if partition.partitions_option(req) is not None:
-                partition.run(plpy, req, clock)          # (refuses several SAs)
+                partition.run(plpy, req, clock, run_part)          # (refuses several SAs)
             hierarchies = scan.hierarchies(plpy, req)
             encodings = scan.encodings(plpy, hierarchies)
         with clock.phase("summary"):

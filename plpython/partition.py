@@ -435,13 +435,12 @@ def part_options(req) -> dict:
     return opts
 
 
-def anonymize_part(plpy, req, part: Part, j: int, into) -> int:
-    """One part in this backend: sabre_anonymize's stages over the part's rows table (then
-    dropped), or over a temporary view of the source's rows when the part is the whole table,
-    written straight into the run's relations ``into`` (class ids from its offset); returns
-    the part's number of classes."""
-    from . import anonymize            # (anonymize imports this module)
-
+def anonymize_part(plpy, req, part: Part, j: int, into, run_part) -> int:
+    """One part in this backend: sabre_anonymize's stages (``run_part``, which the entry point
+    passes in, so this module never imports it) over the part's rows table (then dropped), or
+    over a temporary view of the source's rows when the part is the whole table, written
+    straight into the run's relations ``into`` (class ids from its offset); returns the part's
+    number of classes."""
     source = part.rows_table
     if not source:
         source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
@@ -449,15 +448,16 @@ def anonymize_part(plpy, req, part: Part, j: int, into) -> int:
             source.split(".", 1)[1], req.source["read"], part.predicate))
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name, part.budget, req.k,
                              req.method, part.output, json.dumps(part_options(req)))
-    classes = anonymize.run_part(plpy, part_req, into)
+    classes = run_part(plpy, part_req, into)
     plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
     return classes
 
 
-def run(plpy, req, clock: Stopwatch):
-    """sabre_anonymize with options.partitions: split, then each part in turn written straight
-    into the run's relations (class ids offset by the classes before it, so the parts' union
-    is never copied), checked against the whole table, swapped in as one output."""
+def run(plpy, req, clock: Stopwatch, run_part):
+    """sabre_anonymize with options.partitions: split, then each part in turn (``run_part``:
+    ``anonymize.run_part``) written straight into the run's relations (class ids offset by the
+    classes before it, so the parts' union is never copied), checked against the whole table,
+    swapped in as one output."""
     n = partitions_option(req)
     if req.sas:
         raise E.invalid_parameter("options.partitions takes one sensitive attribute",
@@ -474,7 +474,8 @@ def run(plpy, req, clock: Stopwatch):
     with clock.phase("partition"):         # the parts, one after another
         offset = 0
         for j, part in enumerate(parts):
-            offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0))
+            offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0),
+                                     run_part)
     with C.settings(plpy, jit="off"):
         with clock.phase("check"):
             written = check_written_in_chunks(plpy, req, written_by_parts, summary)

@@ -48,6 +48,7 @@ from sabre_pg.core.sabre import QuasiIdentifier
 from sabre_pg.core.stopwatch import Stopwatch
 
 from . import common as C
+from . import cron
 from . import errors as E
 from . import publish, request, scan
 
@@ -744,8 +745,7 @@ def drop(plpy, name, purge):
     (only those that still carry the stream's identity)."""
     s = load(plpy, name, lock=True)
     if s["cron_job"] is not None:
-        from . import schedule
-        schedule.unschedule_job(plpy, s["cron_job"])
+        cron.unschedule_job(plpy, s["cron_job"])
     if purge:
         oids = output_relations(plpy, s)
         if oids:

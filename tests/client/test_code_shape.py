@@ -18,7 +18,7 @@ def _functions(paths):
 
 
 def test_no_function_longer_than_80_lines_without_saying_why():
-    paths = sorted((REPO / "plpython").glob("*.py")) + sorted((REPO / "sabre_pg").rglob("*.py"))
+    paths = sorted((REPO / "plpython").rglob("*.py")) + sorted((REPO / "sabre_pg").rglob("*.py"))
     long = ["%s:%d %s (%d lines)" % (path, node.lineno, node.name, node.end_lineno - node.lineno + 1)
             for path, node in _functions(paths)
             if node.end_lineno - node.lineno + 1 > LIMIT and "long:" not in (ast.get_docstring(node) or "")]
@@ -33,12 +33,23 @@ def _wrapper_calls():
     return calls
 
 
+def _wrapper_modules():
+    """The file of each module the SQL wrappers import: `from sabre_plpy[.folder] import m`."""
+    found = {}
+    for path in sorted((REPO / "sql").glob("*.sql")):
+        for package, names in re.findall(r"^\s*from sabre_plpy((?:\.\w+)*) import ([\w, ]+)$",
+                                         path.read_text(encoding="utf-8"), re.M):
+            for name in names.replace(" ", "").split(","):
+                found[name] = REPO.joinpath("plpython", *package.split(".")[1:], name + ".py")
+    return found
+
+
 def test_entry_points_report_stage_errors():
     """Every function the SQL wrappers call runs inside errors.entry_point, so a SabreError
     raised by a stage always reaches the caller as SQLSTATE + message + HINT."""
-    called = _wrapper_calls()
+    called, files = _wrapper_calls(), _wrapper_modules()
     assert {("anonymize", "run"), ("verify", "run"), ("estimate", "estimate"), ("instant", "instant")} <= called
     for module, name in called:
-        tree = ast.parse((REPO / "plpython" / (module + ".py")).read_text(encoding="utf-8"))
+        tree = ast.parse(files[module].read_text(encoding="utf-8"))
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
         assert any(ast.unparse(d) == "E.entry_point" for d in fn.decorator_list), (module, name)

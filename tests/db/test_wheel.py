@@ -54,7 +54,8 @@ def dist(tmp_path_factory):
 def test_sdist_and_wheel_carry_the_sources(dist):
     sdist, wheel = dist
     sql = sorted(p.name for p in (REPO_DIR / "sql").glob("*.sql"))
-    plpython = sorted(p.name for p in (REPO_DIR / "plpython").glob("*.py"))
+    plpython = sorted(p.relative_to(REPO_DIR / "plpython").as_posix()      # subfolders too
+                      for p in (REPO_DIR / "plpython").rglob("*.py") if "__pycache__" not in p.parts)
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert {f"sql/{f}" for f in sql} <= names and {f"plpython/{f}" for f in plpython} <= names
