@@ -13,6 +13,9 @@ with ``search_path = pg_catalog, pg_temp``; the source arrives as an OID.
 """
 from __future__ import annotations
 
+import json
+
+from sabre_pg.core import stopwatch
 from sabre_pg.core.metrics import discernibility
 from sabre_pg.core.multi_sa import anonymize_multi, most_constraining_of
 from sabre_pg.core.parameters import check_k
@@ -26,8 +29,20 @@ from . import partition, publish, request, scan
 ENGINE_HINT = "Check the arguments of sabre_anonymize."
 
 
+def plan_steps(method, options) -> None:
+    """Declare the run's steps (docs/progress.md) from the raw arguments, before the first phase
+    (``request.build`` checks them): they depend on the method and on options.partitions."""
+    try:
+        given = json.loads(options) if isinstance(options, str) else dict(options or {})
+    except (TypeError, ValueError):
+        given = {}
+    partitioned = isinstance(given, dict) and given.get("partitions") is not None
+    stopwatch.plan(stopwatch.anonymize_plan(method, partitioned))
+
+
 @E.entry_point
 def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
+    plan_steps(method, options)
     with C.settings(plpy, work_mem="256MB"):   # hash joins of millions of rows
         clock = Stopwatch()
         with clock.phase("validate"):
@@ -86,6 +101,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
     most constraining one and merges classes until every SA holds (``core.multi_sa``)."""
     if sensitive is None or t is None:
         raise E.null_not_allowed("sensitive and t must not be NULL", request.SENSITIVE_HINT)
+    plan_steps(method, options)
     with C.settings(plpy, work_mem="256MB"):
         clock = Stopwatch()
         with clock.phase("validate"):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from sabre_pg.core import limits
+from sabre_pg.core import limits, stopwatch
 from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.exact_emd import domain_class_emds
 from sabre_pg.core.mondrian import against_table
@@ -833,11 +833,15 @@ def run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, o
             for j, p in enumerate(parts)]
 
 
+PUBLISH_STEPS = ("check", "build_output", "swap")     # progress of sabre_publish_parts (docs/progress.md)
+
+
 @E.entry_point
 def run_publish(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, parts):
     """sabre_publish_parts: the parts' outputs (made by sabre_anonymize) published as one."""
     if not parts:
         raise E.invalid_parameter("parts must name at least one part output", "Pass sabre_partitions' part_output.")
     E.cap("parts", len(parts), limits.PARTS, "Pass sabre_partitions' part_output: it makes at most this many.")
+    stopwatch.plan(PUBLISH_STEPS)
     req = request.build(plpy, source, None, quasi_identifiers, sensitive, t, k, method, output, options)
     return publish_parts(plpy, req, list(parts), Stopwatch())

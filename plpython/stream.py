@@ -33,22 +33,25 @@ import dataclasses
 import json
 import secrets
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from decimal import Decimal
 
 import numpy as np
 
+from sabre_pg.core import stopwatch
 from sabre_pg.core import window as W
 from sabre_pg.core.checkpoint import checkpoint
 from sabre_pg.core.emd import SADomain
 from sabre_pg.core.exact_emd import ClassEMDs
 from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core.stopwatch import Stopwatch
 
 from . import common as C
 from . import cron
 from . import errors as E
 from . import publish, request, scan
 
+CALL_STEPS = ("validate", "number")             # an advance call's steps before its advances
 STATE_SUFFIXES = ("_state", "_rows", "_log")   # the state relations, beside the output
 OWN_ROLE = "(SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)"
 # <output>_state's one row: everything an advance changes (created with its defaults)
@@ -300,7 +303,8 @@ def advance(plpy, name, max_advances=None):
     if max_advances is not None and max_advances < 0:
         raise E.invalid_parameter("max_advances must be >= 0", "NULL processes every complete step.")
     phases = {}                          # the call's own work counts in its first advance
-    with timed(phases, "validate"):
+    stopwatch.plan(CALL_STEPS)           # then one step per advance, once numbering has counted them
+    with timed(phases, "validate", reported=True):
         s = load(plpy, name, lock=True)
         if len(output_relations(plpy, s)) != 3:
             raise E.not_in_prerequisite_state(
@@ -313,15 +317,17 @@ def advance(plpy, name, max_advances=None):
     # small statements over one window each: a parallel plan's start-up costs more than it saves
     # (JIT never pays for them either: compiling takes longer than running them)
     with C.settings(plpy, work_mem="256MB", max_parallel_workers_per_gather=0, jit="off"):
-        with timed(phases, "number"):
+        with timed(phases, "number", reported=True):
             number_rows(plpy, s, req)
         ready = W.advances_ready(s["numbered"], s["advances"], s["window_size"], s["step"])
         if max_advances is not None:
             ready = min(ready, max_advances)
+        stopwatch.plan(CALL_STEPS + ("advance",) * ready)
         if not ready:                    # else the advance's state update records it
             plpy.execute("UPDATE %s SET numbered = %d" % (s["state"], s["numbered"]))
         for _ in range(ready):
-            out.append(one_advance(plpy, s, req, phases))
+            with Stopwatch().phase("advance"):   # progress: the engine's phases report within it
+                out.append(one_advance(plpy, s, req, phases))
             phases = {}
     return out
 
@@ -536,12 +542,14 @@ def row_order(window, row_numbers):
 
 
 @contextmanager
-def timed(phases: dict, name: str):
+def timed(phases: dict, name: str, reported: bool = False):
     """Add the block's wall time to ``phases[name]`` (an advance's phases: validate and number
-    (the call's, in its first advance), state, read, engine, publish, save)."""
+    (the call's, in its first advance), state, read, engine, publish, save); ``reported``: also
+    a step of the call's progress (``stopwatch``: validate, number)."""
     started = time.perf_counter()
     try:
-        yield
+        with Stopwatch().phase(name) if reported else nullcontext():
+            yield
     finally:
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
 

@@ -218,10 +218,96 @@ def sql_files() -> list[Path]:
 
 def render_sql(text: str, schema: str) -> str:
     text = _LIMIT.sub(lambda m: str(int(getattr(limits, m.group(1)))), text)
-    return text.replace("@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
+    text = _WRAP.sub(lambda m: wrapper(text[:m.start()], m.group(1), m.group(2)), text)
+    text = _RECORD_FORM.sub(lambda m: DROP_RECORD_FORM % {"sig": m.group(1)}, text)
+    return text.replace("@errors@", ERRORS.rstrip("\n")).replace(
+        "@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
 
 
 _LIMIT = re.compile(r"@limit:([A-Z0-9_]+)@")     # a cap of sabre_pg.core.limits, as a number
+_RECORD_FORM = re.compile(r"@drop_record_form:([^@]+)@")
+_WRAP = re.compile(r"^@wrap:(\w+)(?::(\w+))?@$", re.M)
+_NOT_FN = r"(?:(?!\$fn\$).)"
+_IMPL = (r"CREATE OR REPLACE FUNCTION @schema@\.%s_impl\((" + _NOT_FN + r"*?)\)\s*\nRETURNS (" + _NOT_FN
+         + r"*?)\nLANGUAGE plpython3u (VOLATILE|STABLE) ")
+
+
+def _parameters(text: str) -> list[str]:
+    """A parameter list's parameters (split at commas outside brackets)."""
+    out, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch in "([") - (ch in ")]")
+        if ch == "," and depth == 0:
+            out.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return out + ([current.strip()] if current.strip() else [])
+
+
+def wrapper(before: str, name: str, result: str | None) -> str:
+    """``@wrap:<name>[:<type>]@``: the PL/pgSQL function ``<name>`` over the PL/Python
+    ``<name>_impl`` defined last in ``before``: the same parameters (and defaults), result and
+    volatility, its errors reported by ``ERRORS``.  ``<type>``: return ``SETOF @schema@.<type>``
+    instead of the implementation's ``TABLE (...)``, for a wrapper whose result columns are named
+    like its parameters (PL/pgSQL refuses that), the ``TABLE`` form of an earlier install dropped."""
+    found = list(re.finditer(_IMPL % name, before, re.S))
+    if not found:
+        raise InstallError(f"@wrap:{name}@ follows no PL/Python function {name}_impl")
+    params, returns, volatility = found[-1].groups()
+    parameters = _parameters(params)
+    head = ""
+    if result:
+        types = ", ".join(p.split(" DEFAULT ")[0].split(None, 1)[1].strip() for p in parameters)
+        head = "@drop_record_form:%s(%s)@\n" % (name, types)
+        returns = "SETOF @schema@.%s" % result
+    args = ", ".join("$%d" % (i + 1) for i in range(len(parameters)))
+    call = ("RETURN QUERY SELECT * FROM @schema@.%s_impl(%s);" if returns.startswith(("TABLE", "SETOF"))
+            else "RETURN @schema@.%s_impl(%s);") % (name, args)
+    return ("%sCREATE OR REPLACE FUNCTION @schema@.%s(%s)\nRETURNS %s\nLANGUAGE plpgsql %s SET search_path = "
+            "pg_catalog, pg_temp AS $fn$\nBEGIN\n    %s\n@errors@\nEND\n$fn$;" % (head, name, params, returns,
+                                                                             volatility, call))
+
+# ``@errors@``: the exception clause of every PL/pgSQL wrapper of a PL/Python entry point
+# (docs/security.md, "Errors").  PL/Python reports an error as "plpy.Error: <message>" with its
+# traceback as CONTEXT; the wrapper re-raises it as PostgreSQL reports its own: the message
+# without the Python prefix, the same SQLSTATE, DETAIL and HINT, and a one-line CONTEXT (the
+# wrapper's RAISE).  The traceback goes to the server log (LOG, never sent at the default
+# client_min_messages).  A cancel (57014) is re-raised the same way.
+ERRORS = r"""EXCEPTION WHEN OTHERS OR query_canceled THEN
+    DECLARE
+        e_message pg_catalog.text; e_state pg_catalog.text; e_detail pg_catalog.text;
+        e_hint pg_catalog.text; e_context pg_catalog.text;
+    BEGIN
+        GET STACKED DIAGNOSTICS e_message = MESSAGE_TEXT, e_state = RETURNED_SQLSTATE,
+            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT, e_context = PG_EXCEPTION_CONTEXT;
+        RAISE LOG USING MESSAGE = e_message, DETAIL = e_context;
+        e_message := pg_catalog.regexp_replace(e_message,
+            '^(plpy[.](Error|SPIError|Fatal)|spiexceptions[.][A-Za-z]+): ', '');
+        IF e_detail OPERATOR(pg_catalog.=) '' AND e_hint OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state;
+        ELSIF e_detail OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state, HINT = e_hint;
+        ELSIF e_hint OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state, DETAIL = e_detail;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = e_message, ERRCODE = e_state, DETAIL = e_detail, HINT = e_hint;
+        END IF;
+    END;
+"""
+
+# ``@drop_record_form:<name(argument types)>@`` (of the sabre schema): drop that function when it still returns
+# ``record`` (RETURNS TABLE, before its wrapper returned a composite type: a function's result
+# type cannot be replaced in place).
+DROP_RECORD_FORM = """DO $retype$
+BEGIN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc AS p
+        WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('@schema@.%(sig)s'))
+       OPERATOR(pg_catalog.=) 'pg_catalog.record'::pg_catalog.regtype THEN
+        DROP FUNCTION @schema@.%(sig)s;
+    END IF;
+END
+$retype$;"""
 
 
 def source_hash(schema: str = "sabre") -> str:

@@ -1,7 +1,13 @@
 -- sabre-pg SQL API: thin PL/Python wrappers around sabre_plpy (plpython/*.py), which call
 -- the core engine (sabre_pg.core).  Idempotent.
+--
+-- Each entry point is written once, as the PL/Python function <name>_impl; the line
+-- @wrap:<name>[:<type>]@ after it makes the function users call (sabre_pg.installer.wrapper):
+-- PL/pgSQL, same parameters, result and volatility, which reports the implementation's errors
+-- as PostgreSQL reports its own (installer.ERRORS: no "plpy.Error:" prefix, DETAIL and HINT
+-- kept, a one-line CONTEXT; the Python traceback in the server log).
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy(
+CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy_impl(
     name text, csv text, delimiter text DEFAULT ';')
 RETURNS TABLE (hierarchy text, leaves integer, height integer)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -9,18 +15,42 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import hierarchies
 return hierarchies.define(plpy, name, csv, delimiter)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_define_hierarchy_impl(text, text, text) IS
+    'Internal: the PL/Python implementation behind sabre_define_hierarchy (which reports its errors)';
+@wrap:sabre_define_hierarchy@
 COMMENT ON FUNCTION @schema@.sabre_define_hierarchy(text, text, text) IS
     'Store (or replace) an ARX-format hierarchy: one row per leaf, leaf;level1;...;root';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_drop_hierarchy(name text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_drop_hierarchy_impl(name text)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import hierarchies
 return hierarchies.drop(plpy, name)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy_impl(text) IS
+    'Internal: the PL/Python implementation behind sabre_drop_hierarchy (which reports its errors)';
+@wrap:sabre_drop_hierarchy@
 COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy(text) IS
     'Drop a hierarchy you own (true), or return false when none has that name';
+
+-- The results of sabre_anonymize (one SA / several), sabre_refresh and sabre_publish_parts: the
+-- PL/pgSQL wrappers that report their errors (installer.ERRORS, docs/anonymize.md "Errors") cannot
+-- declare a result column named like a parameter (output), so they return these types.
+DO $type$
+BEGIN
+    IF pg_catalog.to_regtype('@schema@.run_result') IS NULL THEN
+        CREATE TYPE @schema@.run_result AS (run_id bigint, output regclass, rows bigint, classes bigint,
+            min_class_size bigint, max_emd double precision, ail double precision,
+            seconds double precision);
+    END IF;
+    IF pg_catalog.to_regtype('@schema@.run_result_multi') IS NULL THEN
+        CREATE TYPE @schema@.run_result_multi AS (run_id bigint, output regclass, rows bigint, classes bigint,
+            min_class_size bigint, max_emd double precision[], ail double precision,
+            seconds double precision);
+    END IF;
+END
+$type$;
 
 -- One implementation of sabre_anonymize; the two overloads below are thin wrappers.
 -- source is the relation's OID (NULL when source_name, the caller's text, names none).
@@ -45,6 +75,7 @@ $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize_impl(oid, text, text[], text, double precision, integer, text, text, jsonb) IS
     'Internal: the implementation behind both sabre_anonymize overloads';
 
+@drop_record_form:sabre_anonymize(regclass, text[], text, double precision, integer, text, text, jsonb)@
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     source            regclass,
     quasi_identifiers text[],
@@ -54,11 +85,12 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     method            text DEFAULT 'refine',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
-               min_class_size bigint, max_emd double precision, ail double precision,
-               seconds double precision)
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8)
+RETURNS SETOF @schema@.run_result
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text, double precision, integer, text, text, jsonb) IS
     'SABRE t-closeness (Cao et al., VLDB J. 2011): materialize a generalized, t-close, k-anonymous copy of source';
@@ -66,6 +98,7 @@ COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text, double prec
 -- The same, with the source given as text: a missing table then gets sabre's error and hint
 -- instead of the regclass cast's.  This wrapper alone runs with the caller's search_path
 -- (the name resolves as the caller expects), so every name in its body is qualified.
+@drop_record_form:sabre_anonymize(text, text[], text, double precision, integer, text, text, jsonb)@
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     source            text,
     quasi_identifiers text[],
@@ -75,11 +108,12 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     method            text DEFAULT 'refine',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
-               min_class_size bigint, max_emd double precision, ail double precision,
-               seconds double precision)
-LANGUAGE sql VOLATILE AS $fn$
-    SELECT * FROM @schema@.sabre_anonymize_impl(pg_catalog.to_regclass($1)::pg_catalog.oid, $1, $2, $3, $4, $5, $6, $7, $8)
+RETURNS SETOF @schema@.run_result
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl(pg_catalog.to_regclass($1)::pg_catalog.oid, $1, $2, $3, $4, $5, $6, $7, $8);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(text, text[], text, double precision, integer, text, text, jsonb) IS
     'sabre_anonymize with the source named as text, resolved with the caller''s search_path';
@@ -88,7 +122,7 @@ COMMENT ON FUNCTION @schema@.sabre_anonymize(text, text[], text, double precisio
 -- overload beside it would make calls with defaults ambiguous); calls with 2-5 arguments
 -- are unchanged, and t => NULL checks k (and l) alone.
 DROP FUNCTION IF EXISTS @schema@.sabre_verify(regclass, text, double precision, integer, text);
-CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
+CREATE OR REPLACE FUNCTION @schema@.sabre_verify_impl(
     output    regclass,
     sensitive text,
     t         double precision,
@@ -101,6 +135,9 @@ LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import verify
 return verify.run(plpy, output, sensitive, t, k, hierarchy, l)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_verify_impl(regclass, text, double precision, integer, text, integer) IS
+    'Internal: the PL/Python implementation behind sabre_verify (which reports its errors)';
+@wrap:sabre_verify@
 COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text, double precision, integer, text, integer) IS
     'Recompute t-closeness (t NULL: not checked), k-anonymity and distinct l-diversity (l) of an output '
     'from the relation alone (classes = ec_id groups)';
@@ -127,6 +164,7 @@ $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize_impl(oid, text, text[], text[], double precision[], integer, text, text, jsonb) IS
     'Internal: the implementation behind the several-SA sabre_anonymize';
 
+@drop_record_form:sabre_anonymize(regclass, text[], text[], double precision[], integer, text, text, jsonb)@
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     source            regclass,
     quasi_identifiers text[],
@@ -136,18 +174,19 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     method            text DEFAULT 'ak',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
-               min_class_size bigint, max_emd double precision[], ail double precision,
-               seconds double precision)
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8)
+RETURNS SETOF @schema@.run_result_multi
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text[], double precision[], integer, text, text, jsonb) IS
     'SABRE t-closeness for several sensitive attributes, each with its own t (one per SA, same order)';
 
 -- The thresholds parameter is not named t: a call naming t (`t => NULL` checks k alone) is
 -- then the one-SA form's, never ambiguous between the two (positional calls are unchanged).
-CREATE OR REPLACE FUNCTION @schema@.sabre_verify(
+CREATE OR REPLACE FUNCTION @schema@.sabre_verify_impl(
     output      regclass,
     sensitive   text[],
     thresholds  double precision[],
@@ -159,5 +198,8 @@ LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import verify
 return verify.run_multi(plpy, output, sensitive, thresholds, k, hierarchies)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_verify_impl(regclass, text[], double precision[], integer, text[]) IS
+    'Internal: the PL/Python implementation behind sabre_verify (which reports its errors)';
+@wrap:sabre_verify@
 COMMENT ON FUNCTION @schema@.sabre_verify(regclass, text[], double precision[], integer, text[]) IS
     'Recompute t-closeness on several sensitive columns (each with its own t) and k-anonymity of an output';

@@ -4,7 +4,7 @@
 -- the sensitive attribute) and the original relation (source).  quasi_identifiers and
 -- sensitive may be NULL for an output recorded in sabre.runs.  Idempotent.
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_utility(
+CREATE OR REPLACE FUNCTION @schema@.sabre_utility_impl(
     output            regclass,
     source            regclass,
     quasi_identifiers text[] DEFAULT NULL,
@@ -18,11 +18,14 @@ LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import utility
 return utility.utility(plpy, output, source, quasi_identifiers, sensitive, options)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_utility_impl(regclass, regclass, text[], text, jsonb) IS
+    'Internal: the PL/Python implementation behind sabre_utility (which reports its errors)';
+@wrap:sabre_utility@
 COMMENT ON FUNCTION @schema@.sabre_utility(regclass, regclass, text[], text, jsonb) IS
     'Average information loss (SABRE §3.2), discernibility (sum |G|^2) and average class size n/C '
     '(normalized: n/(C k)) of an anonymized relation';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_query_error_stats(
+CREATE OR REPLACE FUNCTION @schema@.sabre_query_error_stats_impl(
     output            regclass,
     source            regclass,
     quasi_identifiers text[] DEFAULT NULL,
@@ -40,6 +43,9 @@ from sabre_plpy import utility
 return utility.query_error(plpy, output, source, quasi_identifiers, sensitive, queries,
                            dimensionality, selectivity, seed, options)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_query_error_stats_impl(regclass, regclass, text[], text, integer, integer, double precision, integer, jsonb) IS
+    'Internal: the PL/Python implementation behind sabre_query_error_stats (which reports its errors)';
+@wrap:sabre_query_error_stats@
 COMMENT ON FUNCTION @schema@.sabre_query_error_stats(regclass, regclass, text[], text, integer, integer, double precision, integer, jsonb) IS
     'COUNT workload of SABRE §6.2 (lambda = dimensionality QI predicates + one SA predicate, expected '
     'selectivity theta): median and mean relative error, queries answered and dropped (exact count 0)';
@@ -54,14 +60,17 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_query_error(
     selectivity       double precision DEFAULT 0.1,
     seed              integer DEFAULT 1,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS double precision LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT s.median_relative_error
-    FROM @schema@.sabre_query_error_stats($1, $2, $3, $4, $5, $6, $7, $8, $9) AS s
+RETURNS double precision LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN (SELECT s.median_relative_error
+            FROM @schema@.sabre_query_error_stats_impl($1, $2, $3, $4, $5, $6, $7, $8, $9) AS s);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_query_error(regclass, regclass, text[], text, integer, integer, double precision, integer, jsonb) IS
     'Median relative error of the random COUNT workload of SABRE §6.2 (see sabre_query_error_stats)';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_kl_cuboids(
+CREATE OR REPLACE FUNCTION @schema@.sabre_kl_cuboids_impl(
     output            regclass,
     source            regclass,
     quasi_identifiers text[] DEFAULT NULL,
@@ -74,6 +83,9 @@ LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import utility
 return utility.kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, options)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_kl_cuboids_impl(regclass, regclass, text[], text, integer, jsonb) IS
+    'Internal: the PL/Python implementation behind sabre_kl_cuboids (which reports its errors)';
+@wrap:sabre_kl_cuboids@
 COMMENT ON FUNCTION @schema@.sabre_kl_cuboids(regclass, regclass, text[], text, integer, jsonb) IS
     'KL(original || estimate) of each cuboid GROUP BY <level QIs>, <sensitive> of the datacube of level mu';
 
@@ -84,8 +96,11 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_kl_divergence(
     sensitive         text DEFAULT NULL,
     level             integer DEFAULT 2,
     options           jsonb DEFAULT '{}'::jsonb)
-RETURNS double precision LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT pg_catalog.avg(c.kl_divergence) FROM @schema@.sabre_kl_cuboids($1, $2, $3, $4, $5, $6) AS c
+RETURNS double precision LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN (SELECT pg_catalog.avg(c.kl_divergence) FROM @schema@.sabre_kl_cuboids_impl($1, $2, $3, $4, $5, $6) AS c);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_kl_divergence(regclass, regclass, text[], text, integer, jsonb) IS
     'KL-divergence of the datacube of level mu (SABRE §6.2): mean over its cuboids, in nats';

@@ -13,7 +13,7 @@ BEGIN
 END
 $upgrade$;
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
+CREATE OR REPLACE FUNCTION @schema@.sabre_estimate_impl(
     source            regclass,
     quasi_identifiers text[],
     sensitive         text,
@@ -31,6 +31,22 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import estimate
 return estimate.estimate(plpy, source, quasi_identifiers, sensitive, t, k, options, method)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_estimate_impl(regclass, text[], text, double precision[], integer, jsonb, text) IS
+    'Internal: the PL/Python implementation behind sabre_estimate (which reports its errors)';
+-- The result of sabre_estimate: its PL/pgSQL wrapper (installer.ERRORS) cannot declare a result column named like a parameter (t).
+DO $type$
+BEGIN
+    IF pg_catalog.to_regtype('@schema@.estimate_result') IS NULL THEN
+        CREATE TYPE @schema@.estimate_result AS (t double precision, buckets integer, u double precision, ec_size double precision,
+            classes bigint, feasible boolean, hint text, source_of_stats text,
+            seconds double precision, hint_t double precision, knee boolean,
+            buckets_min integer, buckets_max integer, classes_min bigint, classes_max bigint,
+            stable boolean, sample_rows bigint, method text);
+    END IF;
+END
+$type$;
+
+@wrap:sabre_estimate:estimate_result@
 COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision[], integer, jsonb, text) IS
     'Predict sabre_anonymize''s buckets, U, classes and class size for each t from pg_stats and '
     'reltuples, without reading the table, with their range over resampled frequencies when '
@@ -38,6 +54,7 @@ COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double preci
     'options.suggest: the curve over t and its knee';
 
 -- One t: the array form with one element.
+@drop_record_form:sabre_estimate(regclass, text[], text, double precision, integer, jsonb, text)@
 CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     source            regclass,
     quasi_identifiers text[],
@@ -46,13 +63,12 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_estimate(
     k                 integer DEFAULT 1,
     options           jsonb DEFAULT '{}'::jsonb,
     method            text DEFAULT 'refine')
-RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size double precision,
-               classes bigint, feasible boolean, hint text, source_of_stats text,
-               seconds double precision, hint_t double precision, knee boolean,
-               buckets_min integer, buckets_max integer, classes_min bigint, classes_max bigint,
-               stable boolean, sample_rows bigint, method text)
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT * FROM @schema@.sabre_estimate($1, $2, $3, ARRAY[$4]::pg_catalog.float8[], $5, $6, $7)
+RETURNS SETOF @schema@.estimate_result
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM @schema@.sabre_estimate_impl($1, $2, $3, ARRAY[$4]::pg_catalog.float8[], $5, $6, $7);
+@errors@
+END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_estimate(regclass, text[], text, double precision, integer, jsonb, text) IS
     'sabre_estimate for one t';

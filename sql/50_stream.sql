@@ -113,7 +113,17 @@ END
 $mig$;
 DROP FUNCTION @schema@.stream_migrate();    -- needed during an upgrade only
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_create(
+-- The result of sabre_stream_create: its PL/pgSQL wrapper (installer.ERRORS) cannot declare a result column named like a parameter (output).
+DO $type$
+BEGIN
+    IF pg_catalog.to_regtype('@schema@.stream_create_result') IS NULL THEN
+        CREATE TYPE @schema@.stream_create_result AS (stream text, output regclass, window_size integer, step integer,
+            rows_arrived bigint, advances_ready bigint);
+    END IF;
+END
+$type$;
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_create_impl(
     name              text,
     source            regclass,
     arrival           text,
@@ -134,10 +144,13 @@ from sabre_plpy import stream
 return stream.create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, window_size,
                      step, method, output, options)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_create_impl(text, regclass, text, text[], text, double precision, integer, integer, integer, text, text, jsonb) IS
+    'Internal: the PL/Python implementation behind sabre_stream_create (which reports its errors)';
+@wrap:sabre_stream_create:stream_create_result@
 COMMENT ON FUNCTION @schema@.sabre_stream_create(text, regclass, text, text[], text, double precision, integer, integer, integer, text, text, jsonb) IS
     'SABRE_W: a stream over an append-only table, published with (window_size, t)-closeness as it grows';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_advance(name text, max_advances integer DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_advance_impl(name text, max_advances integer DEFAULT NULL)
 RETURNS TABLE (advance_no bigint, case_no integer, d double precision, rows bigint, classes bigint,
                max_emd double precision, seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -145,10 +158,13 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import stream
 return stream.advance(plpy, name, max_advances)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_advance_impl(text, integer) IS
+    'Internal: the PL/Python implementation behind sabre_stream_advance (which reports its errors)';
+@wrap:sabre_stream_advance@
 COMMENT ON FUNCTION @schema@.sabre_stream_advance(text, integer) IS
     'Process every complete step that has arrived (at most max_advances): one row per window advance';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_status(name text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_status_impl(name text)
 RETURNS TABLE (stream text, output regclass, advances bigint, window_first bigint, window_last bigint,
                numbered bigint, rows_arrived bigint, published bigint, pending bigint,
                sg_classes integer, sg_rows bigint, last_case integer, last_advance_at timestamptz,
@@ -158,10 +174,13 @@ LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import stream
 return stream.status(plpy, name)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_status_impl(text) IS
+    'Internal: the PL/Python implementation behind sabre_stream_status (which reports its errors)';
+@wrap:sabre_stream_status@
 COMMENT ON FUNCTION @schema@.sabre_stream_status(text) IS
     'Position, pending rows, S_G size, last case and lag of a stream';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_verify(name text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_verify_impl(name text)
 RETURNS TABLE (advances bigint, classes bigint, rows bigint, violations bigint, max_emd double precision,
                min_class_size bigint, published_twice bigint, expired_unpublished bigint,
                updated bigint, deleted bigint, late bigint)
@@ -170,41 +189,53 @@ LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import stream
 return stream.verify(plpy, name)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_verify_impl(text) IS
+    'Internal: the PL/Python implementation behind sabre_stream_verify (which reports its errors)';
+@wrap:sabre_stream_verify@
 COMMENT ON FUNCTION @schema@.sabre_stream_verify(text) IS
     'Recheck a stream from its output and the source: every class within t of its generating window and '
     '>= k rows, every expired row published once; published rows updated or deleted in the source, late rows';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_drop(name text, purge boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_drop_impl(name text, purge boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import stream
 return stream.drop(plpy, name, purge)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_drop_impl(text, boolean) IS
+    'Internal: the PL/Python implementation behind sabre_stream_drop (which reports its errors)';
+@wrap:sabre_stream_drop@
 COMMENT ON FUNCTION @schema@.sabre_stream_drop(text, boolean) IS
     'Drop a stream and its state (and its pg_cron job); purge => true also drops its output relations';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_schedule(name text, cron text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_schedule_impl(name text, cron text)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import schedule
 return schedule.stream(plpy, name, cron)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_schedule_impl(text, text) IS
+    'Internal: the PL/Python implementation behind sabre_stream_schedule (which reports its errors)';
+@wrap:sabre_stream_schedule@
 COMMENT ON FUNCTION @schema@.sabre_stream_schedule(text, text) IS
     'A pg_cron job that calls sabre_stream_advance on the cron schedule; returns the job id';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_stream_unschedule(name text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_stream_unschedule_impl(name text)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import schedule
 return schedule.unschedule_stream(plpy, name)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_stream_unschedule_impl(text) IS
+    'Internal: the PL/Python implementation behind sabre_stream_unschedule (which reports its errors)';
+@wrap:sabre_stream_unschedule@
 COMMENT ON FUNCTION @schema@.sabre_stream_unschedule(text) IS
     'Remove the pg_cron job of a stream (false when it had none)';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_refresh(output text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_refresh_impl(output text)
 RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                min_class_size bigint, max_emd double precision, ail double precision,
                seconds double precision)
@@ -213,15 +244,21 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import schedule
 return schedule.refresh(plpy, output)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_refresh_impl(text) IS
+    'Internal: the PL/Python implementation behind sabre_refresh (which reports its errors)';
+@wrap:sabre_refresh:run_result@
 COMMENT ON FUNCTION @schema@.sabre_refresh(text) IS
     'Rerun the recorded sabre_anonymize call of an output (its atomic replacement)';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_schedule_refresh(output regclass, cron text)
+CREATE OR REPLACE FUNCTION @schema@.sabre_schedule_refresh_impl(output regclass, cron text)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy import schedule
 return schedule.refresh_job(plpy, output, cron)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_schedule_refresh_impl(regclass, text) IS
+    'Internal: the PL/Python implementation behind sabre_schedule_refresh (which reports its errors)';
+@wrap:sabre_schedule_refresh@
 COMMENT ON FUNCTION @schema@.sabre_schedule_refresh(regclass, text) IS
     'A pg_cron job that reruns the recorded sabre_anonymize call of an output; returns the job id';

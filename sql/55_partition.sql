@@ -6,7 +6,7 @@
 
 -- (part_rows and stage_rows were added in 0.2: a function's result columns cannot be replaced in place)
 DROP FUNCTION IF EXISTS @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb);
-CREATE OR REPLACE FUNCTION @schema@.sabre_partitions(
+CREATE OR REPLACE FUNCTION @schema@.sabre_partitions_impl(
     source            regclass,
     quasi_identifiers text[],
     sensitive         text,
@@ -23,12 +23,15 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import partition
 return partition.run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, stage_rows)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_partitions_impl(regclass, text[], text, double precision, integer, text, text, jsonb, boolean) IS
+    'Internal: the PL/Python implementation behind sabre_partitions (which reports its errors)';
+@wrap:sabre_partitions@
 COMMENT ON FUNCTION @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb, boolean) IS
     'The parts of a partitioned run (options.partitions): a predicate, its rows, its EMD to the table and the '
     'budget t its sabre_anonymize gets, with the part output name and options to pass; with stage_rows (and '
     'several parts), the owner-only table made to hold the part''s rows, to anonymize and then drop';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_publish_parts(
+CREATE OR REPLACE FUNCTION @schema@.sabre_publish_parts_impl(
     source            regclass,
     quasi_identifiers text[],
     sensitive         text,
@@ -46,6 +49,9 @@ LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 from sabre_plpy import partition
 return partition.run_publish(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, parts)
 $fn$;
+COMMENT ON FUNCTION @schema@.sabre_publish_parts_impl(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS
+    'Internal: the PL/Python implementation behind sabre_publish_parts (which reports its errors)';
+@wrap:sabre_publish_parts:run_result@
 COMMENT ON FUNCTION @schema@.sabre_publish_parts(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS
     'Publish the outputs of a partitioned run''s parts as one output: every source row once, every class '
     'within t of the whole table (exact EMD) and >= k, swapped in atomically and recorded in sabre.runs';

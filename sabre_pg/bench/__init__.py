@@ -61,13 +61,12 @@ def stream_configuration(opts: argparse.Namespace) -> dict:
 
 
 def run_stream_bench(conn, cfg: dict, out: Path, schema: str) -> dict:
-    """The stream experiment with a progress bar; its report written to ``out``."""
-    from tqdm import tqdm
-
+    """The stream experiment with progress (a bar on a terminal); its report written to ``out``."""
     from sabre_pg.bench import stream
+    from sabre_pg.progress import steps
 
-    with tqdm(total=stream.planned_steps(cfg), desc="sabre-pg bench --stream", unit="batch") as bar:
-        results = stream.run(conn, cfg, schema, lambda: bar.update(1))
+    with steps(stream.planned_steps(cfg), "sabre-pg bench --stream", "batch") as step:
+        results = stream.run(conn, cfg, schema, step)
     stream.write(results, out)
     return results
 
@@ -99,14 +98,10 @@ def run_bench(conn, cfg: dict, out: Path, seed: int, keep: bool, use_peer: bool,
               note: str) -> Report:
     """Sweep every figure of ``FIGURES`` on ``conn`` (autocommit, search_path holding sabre),
     drop the outputs unless ``keep``, write the report to ``out`` and return it."""
-    from tqdm import tqdm
+    from sabre_pg.progress import steps
 
     started = time.perf_counter()
-    with tqdm(total=planned_steps(cfg, use_peer), desc="sabre-pg bench", unit="step") as bar:
-        def progress(what: str) -> None:
-            bar.set_postfix_str(what[:50])
-            bar.update(1)
-
+    with steps(planned_steps(cfg, use_peer), "sabre-pg bench") as progress:
         runner = Runner(conn, cfg, seed, schema, progress)
         figures = {figure.id: sweep(runner, figure, cfg, use_peer) for figure in FIGURES}
     total = time.perf_counter() - started

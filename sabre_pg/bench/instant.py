@@ -225,14 +225,11 @@ def plot(runs: list, out: Path):
 
 
 def run_instant_bench(conn, cfg: dict, out: Path, schema: str, seed: int, keep: bool, adult=None) -> dict:
-    from tqdm import tqdm
+    from sabre_pg.progress import steps
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with tqdm(total=planned(cfg, adult is not None), desc="sabre-pg bench --instant", unit="run") as bar:
-        def progress(what):
-            bar.set_postfix_str(what[:50])
-            bar.update(1)
+    with steps(planned(cfg, adult is not None), "sabre-pg bench --instant", "run") as progress:
         bench = InstantBench(conn, schema, seed, progress)
         sweeps(bench, cfg, adult)
     total = time.perf_counter() - started

@@ -267,17 +267,14 @@ def report(runs: list, cfg: dict, seconds: float) -> str:
 def run_multi_sa_bench(conn, cfg: dict, out: Path, schema: str, seed: int, keep: bool) -> dict:
     """The experiment on the census-like data (and Adult when loaded); writes multi_sa.json,
     multi_sa.md and fig_multi_sa.png to ``out``."""
-    from tqdm import tqdm
+    from sabre_pg.progress import steps
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     adult = adult_data_set(conn, schema)
     census_table = "bench_multi_census_%d" % cfg["rows"]
     runs = []
-    with tqdm(total=planned(cfg, adult is not None), desc="sabre-pg bench --multi-sa", unit="run") as bar:
-        def progress(what):
-            bar.set_postfix_str(what[:50])
-            bar.update(1)
+    with steps(planned(cfg, adult is not None), "sabre-pg bench --multi-sa", "run") as progress:
         bench = MultiSABench(conn, cfg["k"], schema, progress)
         census = create_census_hours(conn, census_table, cfg["rows"], seed, schema)
         for data, vectors in ((census, cfg["census_t"]), (adult, cfg["adult_t"])):
