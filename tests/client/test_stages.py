@@ -165,9 +165,9 @@ def test_read_plan_reports_nulls_and_non_finite_values():
     with pytest.raises(E.SabreError) as e:
         plan.decode({"n": 3, "c0": 2, "f0": 0})
     assert e.value.sqlstate == "22004" and '"w" (1 rows)' in e.value.message
-    with pytest.raises(E.SabreError) as e:
+    with pytest.raises(S.NonFinite) as e:            # read() names the values (scan.nonfinite_error)
         plan.decode({"n": 3, "c0": 3, "f0": 2})
-    assert "non-finite" in e.value.message
+    assert e.value.bad == [("w", 2)]
 
 
 def test_sa_codes_detect_values_outside_the_summary():
@@ -191,6 +191,7 @@ class _Result:
     def __init__(self, generalization, sizes, emds):
         self.generalization, self.sizes, self.emds = generalization, np.asarray(sizes), np.asarray(emds)
         self.n_classes = len(sizes)
+        self.ec = np.repeat(np.arange(len(sizes)), 1)        # one scanned row per class
 
 
 def test_classes_statement_keeps_qi_order_and_labels():
@@ -202,7 +203,8 @@ def test_classes_statement_keeps_qi_order_and_labels():
     result = _Result([CategoricalNode(np.array([0, 2]), small), NumericalRange(np.array([20, 30]), np.array([29, 40])),
                       NumericalRange(np.array([0.5, 1.0]), np.array([0.9, 2.0])),
                       CategoricalNode(np.array([0, 300]), large)], [5, 6], [0.1, 0.2])
-    table = P.ClassesTable(req, result, [None, np.array([20, 40]), None, None], "keys", {"tag": small, "big": large})
+    table = P.ClassesTable(req, result, [None, np.array([20, 40]), np.array([0.5, 2.0]), None], "keys",
+                           {"tag": small, "big": large})
     sql, types, params = table.statement('"public"."c"')
     select = sql.split(" FROM (SELECT ")[0]
     positions = [select.index(' AS "%s"' % c) for c in ("tag", "age_lo", "age_hi", "w_lo", "w_hi", "big")]
