@@ -133,7 +133,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     sensitive         text[],
     t                 double precision[],
     k                 integer DEFAULT 1,
-    method            text DEFAULT 'ak',
+    method            text DEFAULT 'refine',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
