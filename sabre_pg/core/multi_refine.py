@@ -4,7 +4,8 @@ guard against t-Mondrian.
 **Several SAs.**  A class must be t_i-close on every SA i, each in its own metric (ordered,
 equal distance or hierarchical; :mod:`.exact_emd`).  The cut search and t-Mondrian cut a
 :class:`.mondrian.Partitioner` whose first SA (the *primary*: the most constraining one, see
-:func:`.multi_sa.most_constraining`) drives the stratified cuts and the rescue's rounding;
+:func:`.multi_sa.most_constraining`, or on a small table each SA in turn, :func:`partition`)
+drives the stratified cuts and the rescue's rounding;
 every further SA is registered with :meth:`.mondrian.Partitioner.add_sa` and every exact
 check tests it too:
 
@@ -40,6 +41,7 @@ from .mondrian import Partitioner, joint_mondrian, mondrian
 from .refine import refine
 
 GUARD_ROWS = 50_000     # 'refine' also runs t-Mondrian and keeps the lower AIL up to this many rows
+PRIMARY_ROWS = 50_000   # several SAs: 'refine' tries every SA as the primary up to this many rows
 
 
 def sa_view(p: Partitioner, codes, domain, t, table) -> Partitioner:
@@ -85,18 +87,36 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
               search: str = "fast", threads: int = 1, weights=None) -> np.ndarray:
     """The classes (ids 0..C-1) of ``method`` ('refine' or 'mondrian') over the SAs ``codes``
     (n x d), each with its domain and t, SA ``primary`` first: t_i-close on every SA i.
-    'refine' keeps t-Mondrian's classes instead where they have the lower AIL, on tables of
-    at most :data:`GUARD_ROWS` rows (:func:`refine_or_mondrian`)."""
+
+    'refine' with several SAs on a table of at most :data:`PRIMARY_ROWS` rows searches once
+    with each SA as the primary (``primary``'s first) and keeps the lowest AIL: the primary
+    drives the stratified cuts and the rescue, and which one suits a table is not known
+    beforehand (Adult, t = (0.1, 0.1): AIL 0.561 with occupation first, 0.791 with education,
+    the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
+    instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows
+    (:func:`refine_or_mondrian`)."""
     codes = np.asarray(codes, dtype=np.int64)
     if codes.ndim == 1:
         codes = codes[:, None]
-    order = [primary] + [i for i in range(codes.shape[1]) if i != primary]
-    codes, domains, ts = codes[:, order], [domains[i] for i in order], [float(ts[i]) for i in order]
+    d = codes.shape[1]
     if method == "mondrian":
-        return _mondrian(qis, codes, domains, ts, k)
-    ec = refine(qis, codes[:, 0], domains[0], ts[0], k, keys=keys, search=search, threads=threads,
-                key_order=key_order, other_sas=[(codes[:, i], domains[i], ts[i]) for i in range(1, len(ts))])
-    return refine_or_mondrian(qis, codes, domains, ts, k, ec, weights)
+        return _mondrian(qis, *_first(codes, domains, ts, primary), k)
+    primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]
+    best, best_ail = None, np.inf
+    for first in primaries:
+        c, ds, us = _first(codes, domains, ts, first)
+        ec = refine(qis, c[:, 0], ds[0], us[0], k, keys=keys, search=search, threads=threads,
+                    key_order=key_order, other_sas=[(c[:, i], ds[i], us[i]) for i in range(1, d)])
+        ail = ail_of(qis, ec, weights) if len(primaries) > 1 else 0.0
+        if ail < best_ail * (1 - 1e-12):
+            best, best_ail = ec, ail
+    return refine_or_mondrian(qis, codes, domains, ts, k, best, weights)
+
+
+def _first(codes, domains, ts, primary):
+    """The SAs (codes, domains, ts) reordered with SA ``primary`` first."""
+    order = [primary] + [i for i in range(codes.shape[1]) if i != primary]
+    return codes[:, order], [domains[i] for i in order], [float(ts[i]) for i in order]
 
 
 def refine_or_mondrian(qis, codes, domains, ts, k: int, ec: np.ndarray, weights=None) -> np.ndarray:
