@@ -35,7 +35,7 @@ def test_bench_multi_sa_quick(pg_dsn, shared_dir, tmp_path):
         singles = [by[data, m]["ail"] for d, m in by if d == data and m.startswith("single:")]
         assert r["ail_above_worse_single"] == round(r["ail"] - max(singles), 4)
     text = (out / "multi_sa.md").read_text()
-    assert "Cost of the second SA (census)" in text and "Cost of the second SA (adult)" in text
+    assert "Cost of the second SA (census, refine)" in text and "Cost of the second SA (adult, auto)" in text
     assert (out / "fig_multi_sa.png").stat().st_size > 0
     with psycopg.connect(pg_dsn) as conn:             # outputs and the hours table dropped
         left = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'bench\\_multi\\_%'").fetchall()
