@@ -7,7 +7,11 @@ occupation and education (both hierarchical), for each t vector: AIL, classes an
 
 * ``fragments``  -- joint bucketization (the thesis's fragments, generalized; core.fragments),
 * ``merge``      -- SABRE §7: SABRE on the most constraining SA, then neighbour merges,
-* ``single:<sa>`` -- SABRE on each SA alone (its t), which need not hold for the other SAs,
+* ``auto``       -- ``merge``, the fragments where merging collapsed (SABRE-AK's strategies),
+* ``refine``     -- the SQL array form's default: the cut search checking every SA
+  (core.multi_refine),
+* ``single:<sa>`` -- the default method on each SA alone (its t), which need not hold for the
+  other SAs,
 * ``mondrian``   -- the product's t-Mondrian with every SA checked (core.mondrian.joint_mondrian), a cut kept only
   if both halves keep >= k rows and are t_i-close on every SA (``sabre_pg.bench.multi_sa``,
   shared with ``sabre-pg bench --multi-sa``, which runs this comparison in the database),
@@ -92,13 +96,16 @@ def study(data, t_vectors):
     out = []
     for ts in t_vectors:
         rows = []
-        for strategy in ("fragments", "merge", "auto"):
+        for strategy in ("fragments", "merge", "auto", "refine"):
             tic = time.perf_counter()
-            r = anonymize_multi(qis, codes, domains, ts, K, strategy=strategy)
+            if strategy == "refine":         # the array form's default method
+                r = anonymize_multi(qis, codes, domains, ts, K, method="refine")
+            else:
+                r = anonymize_multi(qis, codes, domains, ts, K, strategy=strategy)
             rows.append(record(strategy, tic, r.ec, r.il, r.sizes, codes, domains, ts))
         for i, name in enumerate(names):
             tic = time.perf_counter()
-            r = anonymize(qis, codes[:, i], domains[i], ts[i], K, with_emds=False)
+            r = anonymize(qis, codes[:, i], domains[i], ts[i], K, method="refine", with_emds=False)
             rows.append(record("single:" + name, tic, r.ec, r.il, r.sizes, codes, domains, ts))
         tic = time.perf_counter()
         ec, index, il = bench.mondrian(qis, codes, domains, ts, K)

@@ -97,8 +97,10 @@ def _anonymize(plpy, req, hierarchies, encodings, clock, into=None, summary=None
 @E.entry_point
 def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
     """The array overload: several SAs, each with its own t (docs/multiple-sa.md).  The same
-    stages, with one SA summary per SA; SABRE plans on each, and the engine starts from the
-    most constraining one and merges classes until every SA holds (``core.multi_sa``)."""
+    stages, with one SA summary per SA; SABRE plans on each.  'refine' (the default) and
+    'mondrian' cut the QI space checking every SA (``core.multi_refine``); 'ak' and 'knn'
+    start from the most constraining SA and merge classes until every SA holds
+    (``core.multi_sa``)."""
     if sensitive is None or t is None:
         raise E.null_not_allowed("sensitive and t must not be NULL", request.SENSITIVE_HINT)
     plan_steps(method, options)
@@ -125,11 +127,12 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
         try:
             result = anonymize_multi(qis, data.codes_by_sa, [s.domain() for s in summaries], req.thresholds, req.k,
                                      method=req.method, seed=req.options.seed, takeout=req.options.takeout,
-                                     weights=req.options.weights, strategy="auto", base=base)
+                                     weights=req.options.weights, strategy="auto", base=base,
+                                     search=req.options.search, threads=req.options.threads)
         except ValueError as e:
             raise E.invalid_parameter(str(e), ENGINE_HINT)
-        if result.n_classes == 1 and data.rows >= 2 * req.k:
-            raise infeasible(req, req.sensitive)
+        # one class is published as it is (it holds every SA: EMD 0), as with one SA: the
+        # method found no cut (e.g. constant QIs); only the plans above call a table infeasible
         clock.merge(result.phases)
         return _publish(plpy, req, data, summaries, result, hierarchies, clock)
 

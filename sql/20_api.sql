@@ -171,7 +171,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize(
     sensitive         text[],
     t                 double precision[],
     k                 integer DEFAULT 1,
-    method            text DEFAULT 'ak',
+    method            text DEFAULT 'refine',
     output            text DEFAULT NULL,
     options           jsonb DEFAULT '{}'::jsonb)
 RETURNS SETOF @schema@.run_result_multi

@@ -54,23 +54,24 @@ def runs(data="census"):
     return multi_sa.add_cost_of_second_sa([
         {"data": data, "title": data, "method": m, "t": [0.2, 0.15], "classes": 10, "ail": ail, "seconds": s,
          "max_emd": [0.1, 0.1], "violations": v}
-        for m, ail, s, v in (("auto", 0.6, 1.0, 0), ("single:salary", 0.45, 0.5, 3),
+        for m, ail, s, v in (("refine", 0.24, 1.5, 0), ("auto", 0.6, 1.0, 0), ("single:salary", 0.45, 0.5, 3),
                              ("single:hours", 0.55, 0.4, 2), ("mondrian", 0.3, 2.0, 0))])
 
 
 def test_cost_of_the_second_sa_is_above_the_worse_single_run():
     cost = {r["method"]: r["ail_above_worse_single"] for r in runs()}
-    assert cost == {"auto": 0.05, "single:salary": -0.1, "single:hours": 0.0, "mondrian": -0.25}
+    assert cost == {"refine": -0.31, "auto": 0.05, "single:salary": -0.1, "single:hours": 0.0, "mondrian": -0.25}
 
 
 def test_report_plot_and_plan(tmp_path):
     rs = runs("census") + runs("adult")
     text = multi_sa.report(rs, multi_sa.QUICK, 3.0)
     assert "| 0.2, 0.15 | auto | 10 | 0.6000 | +0.0500 | 1.00 | 0.100, 0.100 | 0 |" in text
-    assert "Cost of the second SA (census): +0.0500" in text and "Cost of the second SA (adult)" in text
+    assert "Cost of the second SA (census, auto): +0.0500" in text and "Cost of the second SA (adult, refine)" in text
+    assert "refine against the reference Mondrian (census): -20.0%" in text
     multi_sa.plot(rs, tmp_path)
     assert (tmp_path / "fig_multi_sa.png").stat().st_size > 0
-    assert multi_sa.planned(multi_sa.DEFAULT, True) == 4 * 6 and multi_sa.planned(multi_sa.QUICK, False) == 4
+    assert multi_sa.planned(multi_sa.DEFAULT, True) == 5 * 8 and multi_sa.planned(multi_sa.QUICK, False) == 5
     assert multi_sa.t_tag([0.2, 0.15]) == "02_015"
 
 

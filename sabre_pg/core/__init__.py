@@ -21,6 +21,7 @@ One module per concept of the paper (Cao, Karras, Kalnis, Tan, VLDB J. 20(1), 20
 ``window``                §5 SABRE_W: windows, the three cases, S_G (``advance``, ``StreamRun``)
 ``fragments``             several SAs: the thesis's fragments (joint bucketization), sizing
 ``multi_sa``              several SAs, each with its own t: §7 merge, exact check and repair
+``multi_refine``          'refine'/'mondrian' checking every SA; the default's guard vs t-Mondrian
 ``stopwatch``             ``PHASES`` and the ``Stopwatch`` that times them
 ``pages``                 ``small_pages``: no huge-page advice for the engine's arrays
 ========================  =================================================

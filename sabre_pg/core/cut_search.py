@@ -558,7 +558,11 @@ def _check(p, orders, cand, pick, copies, with_emd=False, pmap=map) -> np.ndarra
 
     parts = [g for g in pmap(groups, orders) if g is not None]
     ec, codes, counts = (np.concatenate([x[i] for x in parts]) for i in range(3))
-    return t_close_groups(p, ec, codes, counts, copies, pick, with_emd)
+    ok = t_close_groups(p, ec, codes, counts, copies, pick, with_emd)
+    if p.other_sas:         # several SAs: every other SA checked too (multi_refine.py)
+        from .multi_refine import other_sas_close
+        ok = other_sas_close(p, orders, cand, pick, copies, ok, with_emd, pmap)
+    return ok
 
 
 def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.ndarray:

@@ -34,7 +34,7 @@ from .fragments import Fragmentation, JointCounts, find_fragmentation, joint_cou
 from .generalize import ECIndex
 from .parameters import check_k, check_lookahead, check_t
 from .redistribute import ECPlan
-from .sabre import LOOKAHEAD_GAIN, SabreResult, SAPlan, anonymize, generalize_classes, plan_from_counts
+from .sabre import LOOKAHEAD_GAIN, PARTITIONING, SabreResult, SAPlan, anonymize, generalize_classes, plan_from_counts
 from .stopwatch import Stopwatch
 
 STRATEGIES = ("auto", "merge", "fragments")
@@ -111,7 +111,8 @@ def most_constraining_of(counts, domains, ts, k: int, lookahead: int = 4) -> tup
 
 def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", seed: int = 0,
                     takeout: str = "sweep", weights=None, lookahead: int = 4, strategy: str = "auto",
-                    plan: MultiSAPlan | None = None, base: tuple | None = None) -> SabreResult:
+                    plan: MultiSAPlan | None = None, base: tuple | None = None, search: str = "fast",
+                    threads: int = 1) -> SabreResult:
     """SABRE for several SAs: ``codes`` (n x d) holds each tuple's code of every SA, ``domains``
     and ``ts`` one per SA.  Returns a :class:`MultiSAResult` whose classes are all exactly
     t_i-close on every SA i and >= k.  Plans made before the tuples were read: ``plan``, the
@@ -120,7 +121,12 @@ def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", see
 
     ``"auto"`` (the default): ``"merge"``, unless merging lost more than half of the base SA's
     classes and the fragments' plan promises more classes than are left; then both are run
-    and the lower AIL is kept (``AUTO_LOSS``)."""
+    and the lower AIL is kept (``AUTO_LOSS``).
+
+    The strategies are those of ``'ak'`` and ``'knn'``.  ``'refine'`` and ``'mondrian'``
+    (``strategy`` "auto") cut the QI space checking every SA at every cut, the base SA as the
+    primary (:mod:`.multi_refine`; ``search``, ``threads``: the refinement's); the exact check
+    of every class follows as for the strategies."""
     codes = np.asarray(codes, dtype=np.int64)
     if codes.ndim != 2 or codes.shape[1] != len(domains):
         raise ValueError("codes must have one column per SA (%d), got shape %s" % (len(domains), codes.shape))
@@ -129,7 +135,11 @@ def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", see
         raise ValueError("strategy must be one of %s, got %r" % (", ".join(STRATEGIES), strategy))
     stopwatch = Stopwatch()
     args = (qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch)
-    if strategy == "fragments":
+    if method in PARTITIONING:
+        if strategy != "auto":
+            raise ValueError("strategy %r is one of method 'ak' or 'knn', not of %r" % (strategy, method))
+        closed = _by_merge(*args, base, search, threads)
+    elif strategy == "fragments":
         closed = _by_fragments(*args, plan)
     else:
         closed = _by_merge(*args, base)
@@ -144,17 +154,21 @@ def anonymize_multi(qis, codes, domains, ts, k: int = 1, method: str = "ak", see
     return closed
 
 
-def _by_merge(qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch, base):
-    """SABRE §7: SABRE on the base SA, then the exact check's merges."""
+def _by_merge(qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch, base,
+              search="fast", threads=1):
+    """SABRE §7: SABRE on the base SA, then the exact check's merges (with 'refine' and
+    'mondrian': the QI space cut checking every SA, the base SA first; nothing to merge)."""
     if base is None:
         base = most_constraining(codes, domains, ts, k, lookahead)
         stopwatch.merge(base[1].phases)
     sa, sa_plan = base
+    others = [(codes[:, i], domains[i], ts[i]) for i in range(len(ts)) if i != sa] if method in PARTITIONING else ()
     result = anonymize(qis, codes[:, sa], domains[sa], ts[sa], k, method, seed, takeout, weights,
-                       with_emds=False, sa_plan=sa_plan)
+                       with_emds=False, sa_plan=sa_plan, search=search, threads=threads, other_sas=others)
     U = np.full(len(ts), np.nan)
     U[sa] = sa_plan.buckets.U
-    return _closed(result, qis, codes, domains, ts, weights, stopwatch, sa_plan.buckets.n_buckets, U, "merge")
+    return _closed(result, qis, codes, domains, ts, weights, stopwatch, sa_plan.buckets.n_buckets, U,
+                   method if method in PARTITIONING else "merge")
 
 
 def _by_fragments(qis, codes, domains, ts, k, method, seed, takeout, weights, lookahead, stopwatch, plan):

@@ -18,10 +18,9 @@ from .emd import SADomain, class_emds
 from .generalize import ECIndex, generalize_categorical, generalize_numerical, stable_argsort
 from .hierarchy import Hierarchy
 from .hilbert import hilbert_keys
-from .mondrian import mondrian
+from .multi_refine import partition
 from .parameters import check_k, check_lookahead, check_t
 from .redistribute import BucketEMD, ECPlan, bucketization_key, ec_count, ec_counts, ec_size, max_classes
-from .refine import refine
 from .stopwatch import Stopwatch
 from .takeout import takeout_ak, takeout_knn, takeout_sweep
 
@@ -372,7 +371,8 @@ def bucketizations(q, ts, domain: SADomain, lookahead: int) -> list:
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
-              sa_plan: SAPlan | None = None, search: str = "fast", threads: int = 1) -> SabreResult:
+              sa_plan: SAPlan | None = None, search: str = "fast", threads: int = 1,
+              other_sas=()) -> SabreResult:
     """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
     t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
     with a searched cut (``'refine'``, :mod:`.refine`: the t-close cut that lowers IL most).
@@ -384,7 +384,11 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     ``takeout='random'`` uses the paper's random seeds for AK; ``'sweep'`` (default for AK)
     takes seeds in Hilbert order.  KNN always uses random seeds.  ``search``: the refinement's
     cut search setting ('fast' or 'thorough', :func:`.cut_search.cut_search`); ``threads``: its
-    threads (:func:`.refine.search_threads`).
+    threads (:func:`.refine.search_threads`).  'refine' keeps t-Mondrian's classes where they
+    have the lower AIL on a small table (:func:`.multi_refine.refine_or_mondrian`).
+
+    ``other_sas``: (codes, domain, t) of further SAs every class of 'refine' and 'mondrian'
+    must also be t-close on (several SAs, :mod:`.multi_refine`; ``emds`` stay this SA's).
 
     ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
     the tuples were read (the database computes them with a GROUP BY); the codes must have
@@ -414,15 +418,15 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     with stopwatch.phase("hilbert"):
         keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     bucket_key_order = None
-    if method == "refine":
-        with stopwatch.phase("refine"):
-            key_order = np.argsort(keys, kind="stable")
-            ec = refine(qis, sa_codes, domain, t, k, keys=keys, search=search, threads=threads,
-                        key_order=key_order)
-            bucket_key_order = by_bucket(key_order, bucket)
-    elif method in PARTITIONING:
-        with stopwatch.phase("partition"):
-            ec = mondrian(qis, sa_codes, domain, t, k)
+    if method in PARTITIONING:      # one SA or several (other_sas): multi_refine.py
+        with stopwatch.phase("refine" if method == "refine" else "partition"):
+            key_order = np.argsort(keys, kind="stable") if method == "refine" else None
+            ec = partition(qis, np.column_stack([sa_codes] + [c for c, _, _ in other_sas]),
+                           [domain] + [d for _, d, _ in other_sas], [t] + [u for _, _, u in other_sas], k,
+                           method, keys=keys, key_order=key_order, search=search, threads=threads,
+                           weights=weights)
+            if key_order is not None:
+                bucket_key_order = by_bucket(key_order, bucket)
     else:
         with stopwatch.phase("takeout"):
             if method == "knn":

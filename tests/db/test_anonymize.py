@@ -394,8 +394,8 @@ def test_flat_hierarchy_and_default_output_name(pg_conn):
     assert verify(pg_conn, "public.census_sabre", "salary", 0.35, 6)["violations"] == 0
 
 
-def test_default_method_is_refine_for_one_sa_and_ak_for_the_array_form(pg_conn):
-    """``method`` left out: 'refine' in both single-SA overloads (regclass and text), 'ak' in
+def test_default_method_is_refine_for_one_sa_and_for_the_array_form(pg_conn):
+    """``method`` left out: 'refine' in both single-SA overloads (regclass and text) and in
     the several-SA overload (docs/anonymize.md); the runs record the method they ran."""
     make_census(pg_conn, rows=3000)
     calls = [("SELECT run_id, classes FROM sabre_anonymize('public.census'::regclass, ARRAY['age','sex'], "
@@ -403,7 +403,7 @@ def test_default_method_is_refine_for_one_sa_and_ak_for_the_array_form(pg_conn):
              ("SELECT run_id, classes FROM sabre_anonymize('public.census', ARRAY['age','sex'], 'salary', 0.35, 6, "
               "output => 'by_name')", "refine"),
              ("SELECT run_id, classes FROM sabre_anonymize('public.census'::regclass, ARRAY['age','sex'], "
-              "ARRAY['salary'], ARRAY[0.35], 6, output => 'by_array')", "ak")]
+              "ARRAY['salary'], ARRAY[0.35], 6, output => 'by_array')", "refine")]
     for query, method in calls:
         run_id, classes = pg_conn.execute(query).fetchone()
         assert run_row(pg_conn, run_id)["method"] == method

@@ -26,8 +26,8 @@ def test_bench_multi_sa_quick(pg_dsn, shared_dir, tmp_path):
     by = {(r["data"], r["method"]): r for r in doc["runs"]}
     assert set(by) == {(data, method) for data, sas in (("census", ("salary", "hours")),
                                                          ("adult", ("occupation", "education")))
-                       for method in ("auto", "mondrian") + tuple("single:" + sa for sa in sas)}
-    assert by["census", "auto"]["rows"] == 5000 and by["adult", "auto"]["rows"] > 30000
+                       for method in ("refine", "auto", "mondrian") + tuple("single:" + sa for sa in sas)}
+    assert by["census", "auto"]["rows"] == 5000 and by["adult", "refine"]["rows"] > 30000
     for (data, method), r in by.items():
         if not method.startswith("single:"):       # several SAs: every class within every t
             assert r["violations"] == 0, (data, method)
@@ -35,7 +35,7 @@ def test_bench_multi_sa_quick(pg_dsn, shared_dir, tmp_path):
         singles = [by[data, m]["ail"] for d, m in by if d == data and m.startswith("single:")]
         assert r["ail_above_worse_single"] == round(r["ail"] - max(singles), 4)
     text = (out / "multi_sa.md").read_text()
-    assert "Cost of the second SA (census)" in text and "Cost of the second SA (adult)" in text
+    assert "Cost of the second SA (census, refine)" in text and "Cost of the second SA (adult, auto)" in text
     assert (out / "fig_multi_sa.png").stat().st_size > 0
     with psycopg.connect(pg_dsn) as conn:             # outputs and the hours table dropped
         left = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'bench\\_multi\\_%'").fetchall()
@@ -48,11 +48,11 @@ def test_reference_mondrian_ail_is_the_servers(pg_conn):
     data = multi_sa.create_census_hours(pg_conn, "bench_multi_scale", 2000)
     qis, codes, domains = multi_sa.load_arrays(pg_conn, data, "sabre")
     bench = multi_sa.MultiSABench(pg_conn, 5, "sabre")
-    [auto, *_] = bench.run(data | {"arrays": (qis, codes, domains)}, [0.25, 0.25], "scale")
+    [default, *_] = bench.run(data | {"arrays": (qis, codes, domains)}, [0.25, 0.25], "scale")
     ec = np.array([r[0] for r in pg_conn.execute(
-        "SELECT ec_id FROM public.bench_multi_census_scale_auto_keys ORDER BY key").fetchall()])
+        "SELECT ec_id FROM public.bench_multi_census_scale_refine_keys ORDER BY key").fetchall()])
     _, ec = np.unique(ec, return_inverse=True)
     index = ECIndex(ec)
-    assert abs(metrics.ail(generalize_classes(qis, index)[1], index.sizes) - auto["ail"]) < 1e-4
+    assert abs(metrics.ail(generalize_classes(qis, index)[1], index.sizes) - default["ail"]) < 1e-4
     bench.drop_outputs()
     pg_conn.execute("DROP TABLE public.bench_multi_scale")

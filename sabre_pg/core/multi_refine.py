@@ -1,0 +1,141 @@
+"""The partitioning methods (``'refine'``, ``'mondrian'``) with several SAs, and the default's
+guard against t-Mondrian.
+
+**Several SAs.**  A class must be t_i-close on every SA i, each in its own metric (ordered,
+equal distance or hierarchical; :mod:`.exact_emd`).  The cut search and t-Mondrian cut a
+:class:`.mondrian.Partitioner` whose first SA (the *primary*: the most constraining one, see
+:func:`.multi_sa.most_constraining`, or on a small table each SA in turn, :func:`partition`)
+drives the stratified cuts and the rescue's rounding;
+every further SA is registered with :meth:`.mondrian.Partitioner.add_sa` and every exact
+check tests it too:
+
+* t-Mondrian and the rescue of :mod:`.refine` check through :meth:`.Partitioner.t_close`,
+  which tests every SA;
+* the cut search (:mod:`.cut_search`) checks candidates on the primary SA from its running
+  counts, then the candidates that passed on every other SA (:func:`other_sas_close`), from
+  their rows, against that SA's own t and table distribution;
+* the merge passes start from unions of classes that hold on every SA (EMD is convex in the
+  class's distribution, on every SA) and keep only classes that passed the same checks.
+
+So every class the methods return is k-anonymous and t_i-close on every SA i by the exact
+arithmetic of ``sabre_verify``; :func:`.multi_sa.close_classes` measures it once more.
+
+**The default's guard** (:func:`refine_or_mondrian`).  The searched cut is greedy: on some
+tables (found by a random audit: skewed, tied or adversarial shapes) t-Mondrian's median cuts
+end lower.  On a table of at most :data:`GUARD_ROWS` rows, where t-Mondrian costs a fraction of
+a second, ``'refine'`` runs both and keeps the classes with the lower AIL (the metric of
+``sabre_anonymize``'s result: :func:`.metrics.ail` of :func:`.sabre.generalize_classes`), so the
+default is never worse than ``'mondrian'`` there.  Above it t-Mondrian costs about as much as
+the search itself (1M census-like rows: 32 s against 26 s under load), and the search measured
+below it on every large configuration (docs/evaluation.md).
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from . import metrics
+from .generalize import ECIndex
+from .mondrian import Partitioner, joint_mondrian, mondrian
+from .refine import refine
+
+GUARD_ROWS = 50_000     # 'refine' also runs t-Mondrian and keeps the lower AIL up to this many rows
+PRIMARY_ROWS = 50_000   # several SAs: 'refine' tries every SA as the primary up to this many rows
+
+
+def sa_view(p: Partitioner, codes, domain, t, table) -> Partitioner:
+    """``p`` measuring another SA: the same rows, QIs and orders, with that SA's ``codes``,
+    ``domain``, ``t`` and table counts (for the cut search's per-SA row groups and check)."""
+    v = copy.copy(p)
+    v.codes, v.domain, v.t, v.table_counts, v.other_sas = codes, domain, t, table, []
+    return v
+
+
+def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=False, pmap=map):
+    """The cut search's exact check (:func:`.cut_search._check`) extended to every further SA
+    of ``p``: ``ok`` (per candidate of ``pick``: both parts k-anonymous and t-close on the
+    primary SA; with ``with_emd``, (ok, larger EMD)) and, for the candidates that passed, both
+    parts t_i-close on every other SA i, from the rows of the parts.  With ``with_emd`` the
+    EMD returned is the largest ``EMD_i / t_i`` over the SAs, times the primary t (the cut
+    search divides it by that t)."""
+    from .cut_search import t_close_groups
+
+    ok, emd = ok if with_emd else (ok, None)
+    ok = ok.copy()
+    for codes, domain, t, table in p.other_sas:
+        live = pick[ok]
+        if not len(live):
+            break
+        view = sa_view(p, codes, domain, t, table)
+
+        def groups(order):
+            mine = live[cand["dim"][live] == order.j]
+            return order.row_groups(view, mine, cand) if len(mine) else None
+
+        parts = [g for g in pmap(groups, orders) if g is not None]
+        ec, sa_codes, counts = (np.concatenate([x[i] for x in parts]) for i in range(3))
+        found = t_close_groups(view, ec, sa_codes, counts, copies, live, with_emd)
+        if with_emd:
+            found, e = found
+            emd[ok] = np.maximum(emd[ok], e * p.t / t)
+        ok[ok] = found
+    return (ok, emd) if with_emd else ok
+
+
+def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, keys=None, key_order=None,
+              search: str = "fast", threads: int = 1, weights=None) -> np.ndarray:
+    """The classes (ids 0..C-1) of ``method`` ('refine' or 'mondrian') over the SAs ``codes``
+    (n x d), each with its domain and t, SA ``primary`` first: t_i-close on every SA i.
+
+    'refine' with several SAs on a table of at most :data:`PRIMARY_ROWS` rows searches once
+    with each SA as the primary (``primary``'s first) and keeps the lowest AIL: the primary
+    drives the stratified cuts and the rescue, and which one suits a table is not known
+    beforehand (Adult, t = (0.1, 0.1): AIL 0.561 with occupation first, 0.791 with education,
+    the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
+    instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows
+    (:func:`refine_or_mondrian`)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if codes.ndim == 1:
+        codes = codes[:, None]
+    d = codes.shape[1]
+    if method == "mondrian":
+        return _mondrian(qis, *_first(codes, domains, ts, primary), k)
+    primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]
+    best, best_ail = None, np.inf
+    for first in primaries:
+        c, ds, us = _first(codes, domains, ts, first)
+        ec = refine(qis, c[:, 0], ds[0], us[0], k, keys=keys, search=search, threads=threads,
+                    key_order=key_order, other_sas=[(c[:, i], ds[i], us[i]) for i in range(1, d)])
+        ail = ail_of(qis, ec, weights) if len(primaries) > 1 else 0.0
+        if ail < best_ail * (1 - 1e-12):
+            best, best_ail = ec, ail
+    return refine_or_mondrian(qis, codes, domains, ts, k, best, weights)
+
+
+def _first(codes, domains, ts, primary):
+    """The SAs (codes, domains, ts) reordered with SA ``primary`` first."""
+    order = [primary] + [i for i in range(codes.shape[1]) if i != primary]
+    return codes[:, order], [domains[i] for i in order], [float(ts[i]) for i in order]
+
+
+def refine_or_mondrian(qis, codes, domains, ts, k: int, ec: np.ndarray, weights=None) -> np.ndarray:
+    """``ec`` (the refinement's classes), or t-Mondrian's where those have the lower AIL, on a
+    table of at most :data:`GUARD_ROWS` rows (ties keep ``ec``)."""
+    if len(ec) > GUARD_ROWS:
+        return ec
+    other = _mondrian(qis, codes, domains, ts, k)
+    return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
+
+
+def ail_of(qis, ec: np.ndarray, weights=None) -> float:
+    """AIL of the classes ``ec`` (ids 0..C-1) as ``sabre_anonymize`` reports it."""
+    from .sabre import generalize_classes
+    index = ECIndex(ec, int(ec.max()) + 1 if len(ec) else 0)
+    return metrics.ail(generalize_classes(qis, index, weights)[1], index.sizes)
+
+
+def _mondrian(qis, codes, domains, ts, k) -> np.ndarray:
+    if codes.shape[1] == 1:
+        return mondrian(qis, codes[:, 0], domains[0], ts[0], k)
+    return joint_mondrian(qis, codes, domains, ts, k)
