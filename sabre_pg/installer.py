@@ -641,6 +641,7 @@ SEARCH_PATH_PIN = "search_path=pg_catalog, pg_temp"
 # sql/20_api.sql). Entries are "name(argument types)" without the schema.
 QUALIFIED_WRAPPERS: tuple[str, ...] = (
     "sabre_anonymize(text,text[],text,double precision,integer,text,text,jsonb)",
+    "sabre_refresh(text)",
 )
 # Catalog tables that must have row-level security enabled.
 RLS_TABLES = ("runs", "hierarchies", "output_locks", "run_tokens", "streams")

@@ -246,9 +246,21 @@ return schedule.refresh(plpy, output)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_refresh_impl(text) IS
     'Internal: the PL/Python implementation behind sabre_refresh (which reports its errors)';
-@wrap:sabre_refresh:run_result@
+-- Like sabre_anonymize's text overload, this wrapper alone runs with the caller's search_path, so
+-- that the output's name resolves as the caller expects (the name sabre_anonymize returns is
+-- unqualified when its schema is on the caller's path); every name in its body is qualified.
+@drop_record_form:sabre_refresh(text)@
+CREATE OR REPLACE FUNCTION @schema@.sabre_refresh(output text)
+RETURNS SETOF @schema@.run_result
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    RETURN QUERY SELECT * FROM @schema@.sabre_refresh_impl(
+        COALESCE(pg_catalog.to_regclass($1)::pg_catalog.oid::pg_catalog.text, $1));
+@errors@
+END
+$fn$;
 COMMENT ON FUNCTION @schema@.sabre_refresh(text) IS
-    'Rerun the recorded sabre_anonymize call of an output (its atomic replacement)';
+    'Rerun the recorded sabre_anonymize call of an output (its atomic replacement); the name resolved with the caller''s search_path';
 
 CREATE OR REPLACE FUNCTION @schema@.sabre_schedule_refresh_impl(output regclass, cron text)
 RETURNS bigint
