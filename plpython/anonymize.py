@@ -19,6 +19,7 @@ from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
+from . import citus
 from . import common as C
 from . import errors as E
 from . import partition, publish, request, scan
@@ -184,8 +185,10 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
                                         [s.hierarchy for s in summary] if several else summary.hierarchy)
     every = written if several else [written]
     written = every[0]
+    built = {"": out, "_classes": classes, "_keys": keys_table}
     with clock.phase("swap"):
-        publish.swap(plpy, req, run, prev, {"": out, "_classes": classes, "_keys": keys_table})
+        citus.distribute_outputs(plpy, req, built)     # a Citus distributed source: distributed outputs
+        publish.swap(plpy, req, run, prev, built)
         publish.comment(plpy, req, run)
     metrics = result.metrics()
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t,

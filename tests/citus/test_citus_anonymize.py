@@ -1,0 +1,88 @@
+"""sabre_anonymize on a hash-distributed Citus table (tests/citus/conftest.py's cluster): the
+outputs become Citus tables (docs/scale-out.md, "Citus (built so far)"), the guarantees hold."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from sabre_pg import cli
+
+ROWS = 3000
+QIS = "ARRAY['age', 'sex', 'education']"
+
+
+@pytest.fixture(scope="module")
+def census(citus_cluster):
+    """sabre installed on every node, public.census (sabre-pg gen) distributed by id."""
+    dsn = citus_cluster.dsn
+    assert cli.main(["install", "--dsn", dsn]) == 0
+    assert cli.main(["gen", "--dsn", dsn, "--rows", str(ROWS), "--replace"]) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_catalog.create_distributed_table('public.census', 'id')")
+        conn.execute("SET search_path = public, sabre")
+        yield conn
+        conn.execute("DROP TABLE IF EXISTS public.census CASCADE")
+
+
+def _citus_table(conn, relation: str) -> tuple:
+    """(partmethod, distribution column, colocationid) of a Citus table; None for a local table."""
+    return conn.execute("SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey), colocationid "
+                        "FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass", (relation,)).fetchone()
+
+
+def _shard_nodes(conn, relation: str) -> int:
+    return conn.execute("SELECT count(DISTINCT nodeport) FROM pg_catalog.citus_shards WHERE table_name = %s::regclass",
+                        (relation,)).fetchone()[0]
+
+
+def test_output_colocated_with_the_source_and_t_close(census):
+    conn = census
+    row = conn.execute(f"SELECT rows, classes, min_class_size, max_emd FROM sabre.sabre_anonymize("
+                       f"source => 'public.census'::regclass, quasi_identifiers => {QIS}, sensitive => 'salary', "
+                       f"t => 0.3, k => 5, output => 'public.census_anon', options => '{{\"keep\": [\"id\"]}}')"
+                       ).fetchone()
+    rows, classes, min_class_size, max_emd = row
+    assert rows == ROWS and classes > 1 and min_class_size >= 5 and max_emd <= 0.3
+
+    source = _citus_table(conn, "public.census")
+    assert source[:2] == ("h", "id")
+    assert _citus_table(conn, "public.census_anon") == source                    # colocated, same column
+    assert _citus_table(conn, "public.census_anon_classes")[0] == "n"           # a reference table
+    assert _citus_table(conn, "public.census_anon_keys")[:2] == ("h", "key")
+    assert _shard_nodes(conn, "public.census_anon") == 2
+
+    # every source row exactly once (a colocated join, pushed down to the workers)
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.census_anon").fetchone() == (ROWS, ROWS)
+    assert conn.execute("SELECT count(*) FROM public.census c FULL JOIN public.census_anon o USING (id) "
+                        "WHERE c.id IS NULL OR o.id IS NULL OR c.salary IS DISTINCT FROM o.salary").fetchone()[0] == 0
+    # the exact verifier, reading the distributed output from the coordinator
+    classes_v, violations, max_emd_v, min_v = conn.execute(
+        "SELECT * FROM sabre.sabre_verify('public.census_anon'::regclass, 'salary', 0.3::float8, 5)").fetchone()
+    assert (classes_v, violations, min_v) == (classes, 0, min_class_size)
+    assert max_emd_v == pytest.approx(max_emd)
+    assert conn.execute("SELECT count(*) FROM public.census_anon_classes").fetchone()[0] == classes
+
+    # a second run replaces the distributed outputs (the swap drops and renames Citus tables)
+    again = conn.execute(f"SELECT classes FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, 'salary', 0.3, 8, "
+                         "output => 'public.census_anon', options => '{\"keep\": [\"id\"]}')").fetchone()[0]
+    assert _citus_table(conn, "public.census_anon") == source
+    assert conn.execute("SELECT * FROM sabre.sabre_verify('public.census_anon'::regclass, 'salary', 0.3::float8, 8)"
+                        ).fetchone()[:2] == (again, 0)
+
+
+def test_without_the_distribution_column_the_output_is_distributed_by_class(census):
+    conn = census
+    notices = []
+    handler = lambda d: notices.append((d.message_primary, d.message_hint))  # noqa: E731
+    conn.add_notice_handler(handler)
+    try:
+        conn.execute(f"SELECT * FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, 'salary', 0.3, 5, "
+                     "output => 'public.census_anon2')").fetchone()
+    finally:
+        conn.remove_notice_handler(handler)
+    assert _citus_table(conn, "public.census_anon2")[:2] == ("h", "ec_id")
+    assert _citus_table(conn, "public.census_anon2_classes")[0] == "n"
+    assert any("not colocated" in (m or "") and '"keep": ["id"]' in (h or "") for m, h in notices), notices
+    assert conn.execute("SELECT violations FROM sabre.sabre_verify('public.census_anon2'::regclass, 'salary', "
+                        "0.3::float8, 5)").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM public.census_anon2").fetchone()[0] == ROWS
