@@ -29,7 +29,7 @@ ENGINE_HINT = "Check the arguments of sabre_anonymize."
 
 @E.entry_point
 def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
-    with C.settings(plpy, work_mem="256MB"):   # hash joins of millions of rows
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):   # hash joins of millions of rows
         clock = Stopwatch()
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,

@@ -15,7 +15,28 @@ The rows are still computed on the coordinator today (see the docs for what runs
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from . import common as C
+from . import errors as E
+
+NODE_DOWN_HINT = ("Nothing was published: the previous output, if any, is intact on every node. Start the node "
+                  "again (or remove it from the cluster), then run again.")
+
+
+@contextmanager
+def node_failures(plpy):
+    """A connection failure (SQLSTATE class 08) of a statement of the run, e.g. Citus reaching a
+    worker that is down, becomes sabre's error with a HINT; the run's transaction rolls back."""
+    try:
+        yield
+    except plpy.SPIError as e:
+        state = getattr(e, "sqlstate", None) or ""
+        if not state.startswith("08"):
+            raise
+        raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s"
+                                   % (str(e).splitlines()[0] if str(e) else state), NODE_DOWN_HINT) from e
+
 
 _DISTRIBUTION_SQL = (
     "SELECT p.partmethod::text AS method, pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS col "

@@ -66,6 +66,15 @@ def _preload(dbname: str) -> str:
     return "'%s'" % ",".join(libs)
 
 
+def start_node(node: LocalCluster) -> None:
+    """Start (or restart) a node, then trust TCP from 127.0.0.1: after start(), which rewrites a
+    pg_hba.conf that has trust lines (LocalCluster._secure_auth)."""
+    node.start(ensure_database=False)
+    hba = node.pgdata / "pg_hba.conf"
+    hba.write_text(HBA_TRUST_TCP + hba.read_text())
+    node._run("pg_ctl", "reload", "-D", str(node.pgdata))
+
+
 def _start_node(root: Path, name: str, port_base: int) -> LocalCluster:
     node = LocalCluster(root / name, first_free_port(port_base), fsync=False)
     node.init()
@@ -73,11 +82,7 @@ def _start_node(root: Path, name: str, port_base: int) -> LocalCluster:
         f.write("\n# sabre-pg Citus test node (tests/citus/conftest.py)\n")
         for key, value in {**NODE_SETTINGS, "shared_preload_libraries": _preload(node.dbname)}.items():
             f.write(f"{key} = {value}\n")
-    node.start(ensure_database=False)
-    # after start(): it rewrites a pg_hba.conf that has trust lines (LocalCluster._secure_auth)
-    hba = node.pgdata / "pg_hba.conf"
-    hba.write_text(HBA_TRUST_TCP + hba.read_text())
-    node._run("pg_ctl", "reload", "-D", str(node.pgdata))
+    start_node(node)
     with psycopg.connect(node.dsn("postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(node.dbname)))
     with psycopg.connect(node.dsn(), autocommit=True) as conn:
@@ -87,8 +92,9 @@ def _start_node(root: Path, name: str, port_base: int) -> LocalCluster:
 
 @pytest.fixture(scope="session")
 def citus_cluster():
-    """SimpleNamespace(coordinator, workers, dsn, worker_dsns, citus_so): ``dsn`` is the
-    coordinator's database ``sabre`` over TCP as the superuser (its password file)."""
+    """SimpleNamespace(coordinator, workers, dsn, worker_dsns, citus_so, start_node): ``dsn`` is
+    the coordinator's database ``sabre`` over TCP as the superuser (its password file);
+    ``start_node(node)`` starts a stopped node again."""
     citus_so = _install_citus()
     root = Path(tempfile.mkdtemp(prefix="sabre-pg-citus-"))
     os.chmod(root, 0o755)  # the nodes run as postgres
@@ -112,7 +118,7 @@ def citus_cluster():
                                                                      .splitlines(True)[-15:])
                            for n in nodes if n.log_file.exists())
             pytest.fail(f"the Citus test cluster did not start: {type(e).__name__}: {e}{logs}")
-        yield SimpleNamespace(coordinator=coordinator, workers=workers, citus_so=citus_so,
+        yield SimpleNamespace(coordinator=coordinator, workers=workers, citus_so=citus_so, start_node=start_node,
                               dsn=coordinator.dsn(tcp=True), worker_dsns=[w.dsn(tcp=True) for w in workers])
     finally:
         for node in reversed(nodes):

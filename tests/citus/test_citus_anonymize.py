@@ -86,3 +86,33 @@ def test_without_the_distribution_column_the_output_is_distributed_by_class(cens
     assert conn.execute("SELECT violations FROM sabre.sabre_verify('public.census_anon2'::regclass, 'salary', "
                         "0.3::float8, 5)").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM public.census_anon2").fetchone()[0] == ROWS
+
+
+def test_a_worker_down_fails_the_run_and_keeps_the_old_output(census, citus_cluster):
+    conn = census
+    run = (f"SELECT run_id, classes FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, 'salary', 0.3, %s, "
+           "output => 'public.census_kept', options => '{\"keep\": [\"id\"]}')")
+    run_id, classes = conn.execute(run, (5,)).fetchone()
+    worker = citus_cluster.workers[1]
+    worker.stop()
+    try:
+        with pytest.raises(psycopg.Error) as ei:
+            conn.execute(run, (8,))
+        e = ei.value
+        print("worker down:", e.sqlstate, e.diag.message_primary, "HINT:", e.diag.message_hint)
+        assert e.sqlstate == "08006", (e.sqlstate, str(e))
+        assert "could not reach a node" in e.diag.message_primary and f"127.0.0.1:{worker.port}" in str(e)
+        assert "previous output" in e.diag.message_hint
+    finally:
+        citus_cluster.start_node(worker)
+    # the old output, intact on every node: its rows, its classes, the run that made it
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.census_kept").fetchone() == (ROWS, ROWS)
+    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.census_kept'::regclass, 'salary', "
+                        "0.3::float8, 5)").fetchone() == (classes, 0)
+    assert f"sabre-pg run {run_id}," in conn.execute(
+        "SELECT pg_catalog.obj_description('public.census_kept'::regclass, 'pg_class')").fetchone()[0]
+    assert _citus_table(conn, "public.census_kept") == _citus_table(conn, "public.census")
+    assert conn.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname LIKE 'census_kept%'").fetchone()[0] \
+        == conn.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname IN "
+                        "('census_kept', 'census_kept_classes', 'census_kept_keys', 'census_kept_classes_pkey', "
+                        "'census_kept_keys_idx')").fetchone()[0]
