@@ -116,3 +116,30 @@ def test_a_worker_down_fails_the_run_and_keeps_the_old_output(census, citus_clus
         == conn.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname IN "
                         "('census_kept', 'census_kept_classes', 'census_kept_keys', 'census_kept_classes_pkey', "
                         "'census_kept_keys_idx')").fetchone()[0]
+
+
+def test_an_analyst_runs_on_the_distributed_table(census, citus_cluster):
+    """The security suite's analyst (sec_alice): USAGE on sabre, SELECT on the source, her own
+    schema; her run's outputs are hers, distributed and colocated, and her run is in her catalog."""
+    dba = census
+    dba.execute("DROP ROLE IF EXISTS sec_alice")
+    dba.execute("CREATE ROLE sec_alice LOGIN")          # Citus propagates the role and the schema
+    try:
+        dba.execute("CREATE SCHEMA alice AUTHORIZATION sec_alice")
+        dba.execute("GRANT USAGE ON SCHEMA sabre TO sec_alice")
+        dba.execute("GRANT SELECT ON public.census TO sec_alice")
+        with psycopg.connect(citus_cluster.dsn, user="sec_alice", autocommit=True) as alice:
+            classes = alice.execute(f"SELECT classes FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, "
+                                    "'salary', 0.3, 5, output => 'alice.c', options => '{\"keep\": [\"id\"]}')"
+                                    ).fetchone()[0]
+            assert alice.execute("SELECT count(*), min(run_by) FROM sabre.runs").fetchone() == (1, "sec_alice")
+            assert alice.execute("SELECT classes, violations FROM sabre.sabre_verify('alice.c'::regclass, 'salary', "
+                                 "0.3::float8, 5)").fetchone() == (classes, 0)
+        assert _citus_table(dba, "alice.c") == _citus_table(dba, "public.census")
+        assert _citus_table(dba, "alice.c_classes")[0] == "n"
+        assert dba.execute("SELECT pg_catalog.pg_get_userbyid(relowner) FROM pg_catalog.pg_class "
+                           "WHERE oid = 'alice.c'::regclass").fetchone()[0] == "sec_alice"
+    finally:
+        dba.execute("DROP SCHEMA IF EXISTS alice CASCADE")
+        dba.execute("DROP OWNED BY sec_alice")
+        dba.execute("DROP ROLE sec_alice")
