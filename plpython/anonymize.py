@@ -185,10 +185,8 @@ def _publish(plpy, req, data, summary, result, hierarchies, clock):
                                         [s.hierarchy for s in summary] if several else summary.hierarchy)
     every = written if several else [written]
     written = every[0]
-    built = {"": out, "_classes": classes, "_keys": keys_table}
     with clock.phase("swap"):
-        citus.distribute_outputs(plpy, req, built)     # a Citus distributed source: distributed outputs
-        publish.swap(plpy, req, run, prev, built)
+        publish.swap(plpy, req, run, prev, {"": out, "_classes": classes, "_keys": keys_table})
         publish.comment(plpy, req, run)
     metrics = result.metrics()
     facts = {"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t,

@@ -143,3 +143,16 @@ def test_an_analyst_runs_on_the_distributed_table(census, citus_cluster):
         dba.execute("DROP SCHEMA IF EXISTS alice CASCADE")
         dba.execute("DROP OWNED BY sec_alice")
         dba.execute("DROP ROLE sec_alice")
+
+
+def test_a_partitioned_run_publishes_distributed_outputs_too(census):
+    conn = census
+    rows, classes = conn.execute(f"SELECT rows, classes FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, "
+                                 "'salary', 0.3, 5, output => 'public.census_parts', "
+                                 "options => '{\"keep\": [\"id\"], \"partitions\": 2}')").fetchone()
+    assert rows == ROWS
+    assert _citus_table(conn, "public.census_parts") == _citus_table(conn, "public.census")
+    assert _citus_table(conn, "public.census_parts_classes")[0] == "n"
+    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.census_parts'::regclass, 'salary', "
+                        "0.3::float8, 5)").fetchone() == (classes, 0)
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.census_parts").fetchone() == (ROWS, ROWS)
