@@ -39,7 +39,7 @@ def node_failures(plpy):
 
 
 _DISTRIBUTION_SQL = (
-    "SELECT p.partmethod::text AS method, pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS col "
+    "SELECT p.partmethod::pg_catalog.text AS method, pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS col "
     "FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1")
 
 
