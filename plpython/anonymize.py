@@ -22,6 +22,7 @@ from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
+from . import citus
 from . import common as C
 from . import errors as E
 from . import partition, publish, request, scan
@@ -43,7 +44,7 @@ def plan_steps(method, options) -> None:
 @E.entry_point
 def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
     plan_steps(method, options)
-    with C.settings(plpy, work_mem="256MB"):   # hash joins of millions of rows
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):   # hash joins of millions of rows
         clock = Stopwatch()
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,

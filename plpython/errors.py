@@ -36,6 +36,7 @@ SERIALIZATION_FAILURE = "40001"
 QUERY_CANCELED = "57014"
 PROGRAM_LIMIT_EXCEEDED = "54000"
 INTERNAL = "XX000"
+CONNECTION_FAILURE = "08006"
 
 
 class SabreError(Exception):
@@ -68,6 +69,7 @@ lock_not_available = _kind(LOCK_NOT_AVAILABLE)
 not_in_prerequisite_state = _kind(NOT_IN_PREREQUISITE_STATE)
 source_changed = _kind(SERIALIZATION_FAILURE)
 program_limit_exceeded = _kind(PROGRAM_LIMIT_EXCEEDED)
+connection_failure = _kind(CONNECTION_FAILURE)
 
 
 def cap(what: str, value: int, limit: int, hint: str):

@@ -796,14 +796,15 @@ def _keys_mismatch():
 
 def check_every_row_once(plpy, req, built):
     """Every row of the source exactly once: as many keys as source rows and output rows, and
-    every source row's key among them (so the keys are the source's, each once)."""
+    every source row's key among them (so the keys are the source's, each once).  (An uncorrelated
+    ``= ANY (subquery)``, the semi-join EXISTS would be: Citus plans it on a distributed source.)"""
     key, src = C.ident(req.key.name), req.source["read"]
     filt = req.row_filter()
     r = plpy.execute(
         "SELECT (SELECT pg_catalog.count(*) FROM %(k)s) AS keys, (SELECT pg_catalog.count(*) FROM %(o)s) AS "
         "output_rows, (SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
-        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE EXISTS (SELECT FROM %(k)s AS k WHERE "
-        "k.key OPERATOR(pg_catalog.=) s.%(key)s)%(and)s) AS matched" % {
+        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE s.%(key)s OPERATOR(pg_catalog.=) ANY (SELECT k.key "
+        "FROM %(k)s AS k)%(and)s) AS matched" % {
             "k": built["_keys"], "o": built[""], "src": src, "key": key, "filt": filt,
             "and": filt.replace(" WHERE ", " AND ", 1)})[0]
     n = r["source_rows"]

@@ -29,7 +29,7 @@ import numpy as np
 
 from sabre_pg.core.generalize import ECIndex
 
-from . import closeness
+from . import citus, closeness
 from . import common as C
 from . import errors as E
 from . import labels
@@ -545,7 +545,9 @@ def swap(plpy, req, run, prev: Previous, built: dict):
     """Replace the previous output by the relations ``built`` ({suffix: temporary qualified
     name}) under lock_timeout: grants carry over, comments carry the run's identity.  With
     options.refresh = 'mvcc' the previous relations keep their identity and get the new rows.
-    The label view (options.labels) is built first, on the new output."""
+    The label view (options.labels) is built first, on the new output.  On a Citus distributed
+    source the relations are made Citus tables first (plpython/citus.py)."""
+    citus.distribute_outputs(plpy, req, built)
     built = {**labels.build(plpy, req, run, built[""]), **built}    # the view before its tables
     if req.options.refresh == "mvcc" and set(prev.relations) == set(built):
         return refresh_in_place(plpy, req, prev, built)

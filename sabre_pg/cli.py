@@ -235,7 +235,7 @@ def _plugin(module: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from sabre_pg import installer
+    from sabre_pg import citus, installer
     from sabre_pg.connect import connect
 
     cmd = args.command
@@ -254,7 +254,9 @@ def run(args: argparse.Namespace) -> int:
     if cmd in ("install", "upgrade"):
         with connect(args) as conn:
             res = installer.install(conn, args.sabre_schema)
-        print(f"sabre-pg {res['version']} installed in schema {res['schema']} (build {res['build_id']})")
+            print(f"sabre-pg {res['version']} installed in schema {res['schema']} (build {res['build_id']})")
+            for node in citus.install_workers(conn, args.sabre_schema):  # none unless a Citus coordinator
+                print(f"  and on Citus worker {node['node']} (build {node['build_id']})")
         return 0
     if cmd == "uninstall":
         with connect(args) as conn:
@@ -266,10 +268,17 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "check":
         with connect(args) as conn:
             report = installer.check(conn, args.sabre_schema)
+            nodes = citus.check_workers(conn, args.sabre_schema)  # none unless a Citus coordinator
+        if nodes:
+            report["citus_workers"] = nodes
+            report["ok"] = report["ok"] and all(n["ok"] for n in nodes)
         if args.json:
             print(json.dumps(report, indent=2, sort_keys=True))
         else:
-            _print_report(report)
+            _print_report({k: v for k, v in report.items() if k != "citus_workers"})
+            for node in nodes:
+                print(f"\nCitus worker {node['node']}:")
+                _print_report({k: v for k, v in node.items() if k not in ("node", "role")})
         return 0 if report["ok"] else 1
     if cmd == "anonymize":
         return anonymize(args)

@@ -41,6 +41,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 import sabre_pg
+from sabre_pg import citus
 from sabre_pg.core import limits
 from sabre_pg.errors import SabreError
 
@@ -477,6 +478,7 @@ def install(conn: psycopg.Connection, schema: str = "sabre") -> dict:
     with conn.transaction():
         # objects created below resolve names without the caller's schemas
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        citus.keep_ddl_local(conn)  # on a Citus node: installs here only (sabre_pg.citus)
         conn.execute("CREATE EXTENSION IF NOT EXISTS plpython3u")
         if not _refuse_foreign(conn, schema):
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(q))  # fails if one appeared meanwhile
@@ -868,6 +870,7 @@ def _reference(conn: psycopg.Connection, schema: str, nsp: int) -> tuple[dict, d
         # no event trigger (or other trigger or rule left enabled for origin sessions)
         # runs while the reference is installed
         conn.execute("SET LOCAL session_replication_role = replica")
+        citus.keep_ddl_local(conn)  # the reference install is not sent to Citus workers
         ident = conn.execute("SELECT quote_ident(%s)", (schema,)).fetchone()[0]
         got = _snapshot(conn, nsp)
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(ref)))

@@ -1,0 +1,85 @@
+"""Outputs of a run on a Citus distributed source (docs/scale-out.md, "Citus (built so far)").
+
+When the source is a hash-distributed Citus table, the relations a run built (under their
+temporary names, after the pre-swap check and before the swap) are made Citus tables, in the
+run's transaction (Citus's distributed transaction: all or nothing across the nodes):
+
+- ``<output>``: distributed, colocated with the source by its distribution column when that column
+  is published (``options.keep``); otherwise distributed by ``ec_id`` (Citus's default colocation
+  for its type), and a NOTICE says how to colocate;
+- ``<output>_classes``: a reference table (one row per class, a copy on every node);
+- ``<output>_keys``: distributed by ``key``.
+
+A source that is not a Citus table, or a reference or local Citus table, keeps plain outputs.
+The rows are still computed on the coordinator today (see the docs for what runs where).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from . import common as C
+from . import errors as E
+
+NODE_DOWN_HINT = ("Nothing was published: the previous output, if any, is intact on every node. Start the node "
+                  "again (or remove it from the cluster), then run again.")
+
+
+@contextmanager
+def node_failures(plpy):
+    """A connection failure (SQLSTATE class 08) of a statement of the run, e.g. Citus reaching a
+    worker that is down, becomes sabre's error with a HINT; the run's transaction rolls back."""
+    try:
+        yield
+    except plpy.SPIError as e:
+        state = getattr(e, "sqlstate", None) or ""
+        if not state.startswith("08"):
+            raise
+        raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s"
+                                   % (str(e).splitlines()[0] if str(e) else state), NODE_DOWN_HINT) from e
+
+
+_DISTRIBUTION_SQL = (
+    "SELECT p.partmethod::pg_catalog.text AS method, pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS col "
+    "FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1")
+
+
+def _has_citus(plpy) -> bool:
+    return len(plpy.execute("SELECT 1 FROM pg_catalog.pg_extension "
+                            "WHERE extname OPERATOR(pg_catalog.=) 'citus'")) > 0
+
+
+def distribution_column(plpy, source_oid: int) -> str | None:
+    """The distribution column of a hash-distributed Citus table; None for anything else."""
+    if not _has_citus(plpy):
+        return None
+    rows = plpy.execute(C.prepared(plpy, _DISTRIBUTION_SQL, ["oid"]), [source_oid])
+    if not len(rows) or rows[0]["method"] != "h":
+        return None
+    return rows[0]["col"]
+
+
+def distribute_outputs(plpy, req, built: dict) -> None:
+    """Make the relations ``built`` ({suffix: temporary qualified name}) Citus tables when the
+    source is hash-distributed (see the module docstring); otherwise do nothing."""
+    column = distribution_column(plpy, req.source["oid"])
+    if column is None:
+        return
+    with C.quietly(plpy):  # Citus's NOTICEs on copying the local rows into the shards
+        if "_classes" in built:
+            plpy.execute(C.prepared(plpy, "SELECT pg_catalog.create_reference_table($1::pg_catalog.regclass)",
+                                    ["text"]), [built["_classes"]])
+        if "_keys" in built:
+            plpy.execute(C.prepared(plpy, "SELECT pg_catalog.create_distributed_table("
+                                    "$1::pg_catalog.regclass, 'key', colocate_with => 'default')", ["text"]),
+                         [built["_keys"]])
+        if column in req.options.keep:
+            plpy.execute(C.prepared(plpy, "SELECT pg_catalog.create_distributed_table($1::pg_catalog.regclass, $2, "
+                                    "colocate_with => $3)", ["text", "text", "text"]),
+                         [built[""], column, req.source["qname"]])
+            return
+        plpy.execute(C.prepared(plpy, "SELECT pg_catalog.create_distributed_table($1::pg_catalog.regclass, "
+                                "'ec_id', colocate_with => 'default')", ["text"]), [built[""]])
+    plpy.notice("sabre: output %s is distributed by ec_id, not colocated with %s: its distribution column %s "
+                "is not published" % (req.output.qualified(), req.source["qname"], column),
+                hint='Pass options => \'{"keep": ["%s"]}\' to publish it and colocate the output with the source.'
+                % column.replace('"', '\\"'))
