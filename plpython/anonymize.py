@@ -59,7 +59,8 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)
             plan = None if auto else _plan(req, summary)
-        if auto:
+        if auto:         # the run's steps become a partitioned run's (step numbers keep going up)
+            stopwatch.plan(stopwatch.anonymize_plan(req.method, partitioned=True))
             return partition.run(plpy, req, clock, run_part, summary=summary)
         return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary, plan=plan)
 

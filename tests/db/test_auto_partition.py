@@ -100,3 +100,21 @@ def test_bad_threshold(pg_conn, census, value):
     expect_error(pg_conn, lambda c: anonymize(c, "public.census", QIS, "salary", T, K, "refine",
                                             "public.census_bad", {"auto_partition_rows": value}),
                  "22023", "auto_partition_rows")
+
+
+def test_progress_of_an_automatic_split_keeps_going_up(pg_conn, census):
+    """docs/progress.md: 13 steps until summary decides to split, then a partitioned run's 7;
+    the step never goes back and the last event is 7/7."""
+    from sabre_pg.core.stopwatch import parse_progress
+
+    seen = []
+    pg_conn.add_notice_handler(lambda d: seen.append(parse_progress(d.message_primary or "")))
+    pg_conn.execute("SET sabre.progress = on")
+    anonymize(pg_conn, "public.census", QIS, "salary", T, K, "refine", "public.census_auto_progress",
+              {"hierarchies": census, "auto_partition_rows": LIMIT})
+    pg_conn.execute("RESET sabre.progress")
+    events = [e for e in seen if e]
+    steps = [e["step"] for e in events]
+    assert steps == sorted(steps), [(e["phase"], e["event"], e["step"], e["steps"]) for e in events]
+    assert events[-1]["step"] == events[-1]["steps"] == 7 and events[-1]["phase"] == "swap"
+    assert {e["steps"] for e in events if e["step"] >= 3} == {7}
