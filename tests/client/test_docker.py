@@ -8,6 +8,7 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -120,7 +121,25 @@ def test_runtime_installs_the_wheel_as_a_non_root_user(parsed):
     assert cmd[:2] == ["sabre-pg", "check"]
     entry = [json.loads(a) for w, a in runtime["steps"] if w == "ENTRYPOINT"][-1]
     copied = [copy_args(a) for w, a in runtime["steps"] if w == "COPY"]
-    assert any(dest == entry[0] and "docker/entrypoint.sh" in src for _, src, dest in copied)
+    # the entrypoint comes from the build stage (which gives it its mode), copied there from the checkout
+    origin = [src[0] for flags, src, dest in copied if dest == entry[0] and flags.get("from") == build["name"]]
+    assert len(origin) == 1, "the ENTRYPOINT is not copied from the build stage"
+    build_copies = [copy_args(a) for w, a in build["steps"] if w == "COPY"]
+    assert any(src == ["docker/entrypoint.sh"] and dest == origin[0] for _, src, dest in build_copies)
+    assert f"chmod 755 {origin[0]}" in build_runs
+
+
+def test_builds_without_buildkit():
+    """Debian 12's docker.io 20.10 legacy builder and podman: no parser directive (`# syntax`
+    fetches a frontend from a registry) and no BuildKit-only flag or heredoc."""
+    text = DOCKERFILE.read_text()
+    for line in text.splitlines():
+        assert not re.match(r"#\s*(syntax|escape|check)\s*=", line, re.I), f"parser directive: {line}"
+        if line.lstrip().startswith("#"):
+            continue
+        for flag in ("--chmod", "--link", "--mount", "--network", "--security", "--parents", "--exclude"):
+            assert flag not in line, f"BuildKit-only {flag}: {line}"
+        assert not re.search(r"<<-?\s*['\"]?[A-Z]+", line), f"BuildKit-only heredoc: {line}"
 
 
 def test_entrypoint_parses_and_never_trusts():
