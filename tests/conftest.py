@@ -2,7 +2,7 @@
 
 Database fixtures (started lazily, only when a test asks for one):
 
-``sabre_cluster``  session: a throwaway :class:`LocalCluster` under /tmp (fsync off,
+``sabre_cluster``  session (one per pytest-xdist worker): a throwaway :class:`LocalCluster` under /tmp (fsync off,
                    its own free port, pg_cron preloaded when installed, with its database
                    ``cluster.dbname`` created empty), stopped and deleted at the end.
 ``pg_conn``        a psycopg connection (autocommit) to a fresh database of its own,
@@ -44,7 +44,15 @@ from sabre_pg.cluster import LocalCluster, first_free_port
 REPO_DIR = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_DIR.parent / "shared" / "data"
 SABRE_SCHEMA = "sabre"
-TEST_PORT_BASE = 55400 + os.getpid() % 500  # away from the embedded cluster's 54329; per process: parallel runs do not race for one port
+# pytest-xdist runs each worker (gw0, gw1, ...) as a process of its own, with its own session:
+# each worker starts its own throwaway cluster (its own data directory, socket directory and
+# port), so tests on different workers share no database, role or setting.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") and XDIST_WORKER[2:].isdigit() else 0
+# Away from the embedded cluster's 54329. Per process (parallel runs do not race for one port)
+# and per worker: worker i scans its own block of 1500 ports (sessions from [0, 700), unstarted
+# clusters from [700, 1400)), so two workers starting at once never pick the same free port.
+TEST_PORT_BASE = 55400 + 1500 * (_WORKER_INDEX % 6) + os.getpid() % 500
 TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
 
 
@@ -86,7 +94,7 @@ def sabre_cluster():
 @pytest.fixture
 def unstarted_cluster():
     """A throwaway LocalCluster of its own, not yet initialised (for the cluster's own tests)."""
-    with _throwaway_cluster("sabre-pg-new-", TEST_PORT_BASE + 1000) as cluster:
+    with _throwaway_cluster("sabre-pg-new-", TEST_PORT_BASE + 700) as cluster:
         yield cluster
 
 
