@@ -56,6 +56,28 @@ TEST_PORT_BASE = 55400 + 1500 * (_WORKER_INDEX % 6) + os.getpid() % 500
 TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the order in which whole modules are handed out (./dev.sh test:
+    ``--dist loadscope --no-loadscope-reorder``): first the module with the podman image build
+    (minutes, mostly waiting), so that it overlaps everything else; then the slowest modules
+    first, so that the short ones fill in at the end. A serial run keeps the file order."""
+    if not XDIST_WORKER:   # collection runs on the workers; the controller hands out what they collected
+        return
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(path: str) -> tuple:
+        tests = modules[path]
+        first = any(item.get_closest_marker("podman") for item in tests)
+        # a test of tests/db runs on the cluster (~0.5-5 s), a pure-Python test mostly ms
+        weight = len(tests) * (10 if path.startswith("tests/db/") else 1)
+        return (not first, -weight)
+
+    items[:] = [item for path in sorted(modules, key=cost)
+                for item in sorted(modules[path], key=lambda item: not item.get_closest_marker("podman"))]
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not (SHARED_DATA_DIR / "adult").is_dir() or not (SHARED_DATA_DIR / "li2007").is_dir():
