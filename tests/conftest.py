@@ -56,6 +56,12 @@ TEST_PORT_BASE = 55400 + 1500 * (_WORKER_INDEX % 6) + os.getpid() % 500
 TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
 
 
+# Modules holding a test of a minute or more (`--durations`), handed out right after the podman
+# build so that no worker ends the run alone on one of them. A name not found is ignored.
+HEAVY_MODULES = ["tests/core/test_redistribute.py", "tests/db/test_bench.py", "tests/db/test_anonymize.py",
+                 "tests/db/test_security.py", "tests/db/test_multi_sa.py"]
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, the order in which whole modules are handed out (./dev.sh test:
     ``--dist loadscope --no-loadscope-reorder``): first the module with the podman image build
@@ -70,9 +76,10 @@ def pytest_collection_modifyitems(config, items):
     def cost(path: str) -> tuple:
         tests = modules[path]
         first = any(item.get_closest_marker("podman") for item in tests)
+        heavy = HEAVY_MODULES.index(path) if path in HEAVY_MODULES else len(HEAVY_MODULES)
         # a test of tests/db runs on the cluster (~0.5-5 s), a pure-Python test mostly ms
         weight = len(tests) * (10 if path.startswith("tests/db/") else 1)
-        return (not first, -weight)
+        return (not first, heavy, -weight)
 
     items[:] = [item for path in sorted(modules, key=cost)
                 for item in sorted(modules[path], key=lambda item: not item.get_closest_marker("podman"))]
