@@ -10,6 +10,8 @@ Database fixtures (started lazily, only when a test asks for one):
                    ``search_path = public, sabre`` (also set on the database, so
                    further connections get it). Fresh databases are cloned from a
                    template that has sabre installed once per session.
+``pg_module_conn`` module: the same, one database shared by a module's tests (for tests
+                   that change nothing in it, e.g. calls that must fail).
 ``pg_dsn``         the conninfo of ``pg_conn``'s database.
 ``pg_connect``     ``pg_connect(**overrides)`` opens more connections to that database
                    (e.g. ``user="analyst"``), closed after the test.
@@ -37,6 +39,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
+from pytest_postgresql.janitor import DatabaseJanitor
 
 from sabre_pg import installer
 from sabre_pg.cluster import LocalCluster, first_free_port
@@ -148,14 +151,32 @@ postgresql_sabre_proc = factories.postgresql_noproc(
 postgresql_sabre = factories.postgresql("postgresql_sabre_proc")
 
 
-@pytest.fixture
-def pg_conn(postgresql_sabre) -> psycopg.Connection:
-    conn = postgresql_sabre
+def _with_search_path(conn: psycopg.Connection) -> psycopg.Connection:
+    """Autocommit, ``search_path = public, sabre`` in this session and on the database."""
     conn.autocommit = True
     conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, {}").format(
         sql.Identifier(conn.info.dbname), sql.Identifier(SABRE_SCHEMA)))
     conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(SABRE_SCHEMA)))
     return conn
+
+
+@pytest.fixture
+def pg_conn(postgresql_sabre) -> psycopg.Connection:
+    return _with_search_path(postgresql_sabre)
+
+
+@pytest.fixture(scope="module")
+def pg_module_conn(postgresql_sabre_proc):
+    """Like ``pg_conn``, but one database for the whole module (cloned from the same template),
+    for tests that leave it as they found it, e.g. calls that must fail (and roll back): a
+    fresh database and its tables per test cost seconds on a loaded machine."""
+    proc = postgresql_sabre_proc
+    janitor = DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, password=proc.password,
+                              dbname=f"sabre_module_{secrets.token_hex(4)}", template_dbname=proc.template_dbname,
+                              maintenance_dbname=proc.maintenance_dbname)
+    with janitor, psycopg.connect(dbname=janitor.dbname, user=proc.user, password=proc.password,
+                                  host=proc.host, port=proc.port, options=proc.options) as conn:
+        yield _with_search_path(conn)
 
 
 @pytest.fixture
