@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine and for CI:
 #   ./dev.sh demo [args]   set everything up, then run `sabre-pg demo` (embedded cluster unless a DSN is given)
-#   ./dev.sh test [args]   set everything up, then run pytest (default: -q tests)
+#   ./dev.sh test [args]   set everything up, then run pytest (default: the whole suite on
+#                          $SABRE_TEST_WORKERS pytest-xdist workers, one PostgreSQL cluster each;
+#                          default: the CPU count, at most 4; given args run as given, serially)
 # Setup: apt packages (PostgreSQL 15 server + PL/Python + pg_cron + numpy for the backend's python3),
 # a .venv with `pip install -e '.[test]'` (redone only when pyproject.toml changes).
 set -euo pipefail
@@ -57,7 +59,14 @@ case "$cmd" in
     test)
         ensure_apt
         ensure_venv
-        [ $# -gt 0 ] || set -- -q tests
+        if [ $# -eq 0 ]; then
+            workers=${SABRE_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}
+            ((workers <= 4)) || workers=4
+            # loadscope: a module's tests run on one worker, in order, sharing its module fixtures;
+            # tests/conftest.py orders the modules (the podman image build first, so it overlaps)
+            set -- -q tests
+            ((workers < 2)) || set -- -n "$workers" --dist loadscope --no-loadscope-reorder "$@"
+        fi
         exec .venv/bin/python -m pytest "$@"
         ;;
     *) usage ;;

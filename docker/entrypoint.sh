@@ -55,7 +55,7 @@ refuse_trust() {
 }
 
 install_sabre() {
-    "$BIN/pg_ctl" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKET_DIR" start
+    "$BIN/pg_ctl" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKET_DIR -c jit=off" start
     trap '"$BIN/pg_ctl" -D "$PGDATA" -m fast -w stop' EXIT
     local dsn="host=$SOCKET_DIR user=postgres"
     if [ -z "$("$BIN/psql" "$dsn dbname=postgres" -tAc "SELECT 1 FROM pg_database WHERE datname = '$SABRE_DB'")" ]; then
@@ -76,4 +76,5 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 fi
 refuse_trust
 install_sabre
-exec "$BIN/postgres" -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories="$SOCKET_DIR"
+# jit=off: the image leaves out the LLVM JIT's files (docker/Dockerfile)
+exec "$BIN/postgres" -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories="$SOCKET_DIR" -c jit=off

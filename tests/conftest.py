@@ -2,7 +2,7 @@
 
 Database fixtures (started lazily, only when a test asks for one):
 
-``sabre_cluster``  session: a throwaway :class:`LocalCluster` under /tmp (fsync off,
+``sabre_cluster``  session (one per pytest-xdist worker): a throwaway :class:`LocalCluster` under /tmp (fsync off,
                    its own free port, pg_cron preloaded when installed, with its database
                    ``cluster.dbname`` created empty), stopped and deleted at the end.
 ``pg_conn``        a psycopg connection (autocommit) to a fresh database of its own,
@@ -10,6 +10,8 @@ Database fixtures (started lazily, only when a test asks for one):
                    ``search_path = public, sabre`` (also set on the database, so
                    further connections get it). Fresh databases are cloned from a
                    template that has sabre installed once per session.
+``pg_module_conn`` module: the same, one database shared by a module's tests (for tests
+                   that change nothing in it, e.g. calls that must fail).
 ``pg_dsn``         the conninfo of ``pg_conn``'s database.
 ``pg_connect``     ``pg_connect(**overrides)`` opens more connections to that database
                    (e.g. ``user="analyst"``), closed after the test.
@@ -37,6 +39,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
+from pytest_postgresql.janitor import DatabaseJanitor
 
 from sabre_pg import installer
 from sabre_pg.cluster import LocalCluster, first_free_port
@@ -44,8 +47,45 @@ from sabre_pg.cluster import LocalCluster, first_free_port
 REPO_DIR = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_DIR.parent / "shared" / "data"
 SABRE_SCHEMA = "sabre"
-TEST_PORT_BASE = 55400 + os.getpid() % 500  # away from the embedded cluster's 54329; per process: parallel runs do not race for one port
+# pytest-xdist runs each worker (gw0, gw1, ...) as a process of its own, with its own session:
+# each worker starts its own throwaway cluster (its own data directory, socket directory and
+# port), so tests on different workers share no database, role or setting.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") and XDIST_WORKER[2:].isdigit() else 0
+# Away from the embedded cluster's 54329. Per process (parallel runs do not race for one port)
+# and per worker: worker i scans its own block of 1500 ports (sessions from [0, 700), unstarted
+# clusters from [700, 1400)), so two workers starting at once never pick the same free port.
+TEST_PORT_BASE = 55400 + 1500 * (_WORKER_INDEX % 6) + os.getpid() % 500
 TEST_ROLE_PASSWORD = secrets.token_urlsafe(16)  # what pg_role_dsn gives the roles tests log in as
+
+
+# Modules holding a test of a minute or more (`--durations`), handed out right after the podman
+# build so that no worker ends the run alone on one of them. A name not found is ignored.
+HEAVY_MODULES = ["tests/core/test_redistribute.py", "tests/db/test_bench.py", "tests/db/test_anonymize.py",
+                 "tests/db/test_security.py", "tests/db/test_multi_sa.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the order in which whole modules are handed out (./dev.sh test:
+    ``--dist loadscope --no-loadscope-reorder``): first the module with the podman image build
+    (minutes, mostly waiting), so that it overlaps everything else; then the slowest modules
+    first, so that the short ones fill in at the end. A serial run keeps the file order."""
+    if not XDIST_WORKER:   # collection runs on the workers; the controller hands out what they collected
+        return
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(path: str) -> tuple:
+        tests = modules[path]
+        first = any(item.get_closest_marker("podman") for item in tests)
+        heavy = HEAVY_MODULES.index(path) if path in HEAVY_MODULES else len(HEAVY_MODULES)
+        # a test of tests/db runs on the cluster (~0.5-5 s), a pure-Python test mostly ms
+        weight = len(tests) * (10 if path.startswith("tests/db/") else 1)
+        return (not first, heavy, -weight)
+
+    items[:] = [item for path in sorted(modules, key=cost)
+                for item in sorted(modules[path], key=lambda item: not item.get_closest_marker("podman"))]
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +126,7 @@ def sabre_cluster():
 @pytest.fixture
 def unstarted_cluster():
     """A throwaway LocalCluster of its own, not yet initialised (for the cluster's own tests)."""
-    with _throwaway_cluster("sabre-pg-new-", TEST_PORT_BASE + 1000) as cluster:
+    with _throwaway_cluster("sabre-pg-new-", TEST_PORT_BASE + 700) as cluster:
         yield cluster
 
 
@@ -111,14 +151,32 @@ postgresql_sabre_proc = factories.postgresql_noproc(
 postgresql_sabre = factories.postgresql("postgresql_sabre_proc")
 
 
-@pytest.fixture
-def pg_conn(postgresql_sabre) -> psycopg.Connection:
-    conn = postgresql_sabre
+def _with_search_path(conn: psycopg.Connection) -> psycopg.Connection:
+    """Autocommit, ``search_path = public, sabre`` in this session and on the database."""
     conn.autocommit = True
     conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, {}").format(
         sql.Identifier(conn.info.dbname), sql.Identifier(SABRE_SCHEMA)))
     conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(SABRE_SCHEMA)))
     return conn
+
+
+@pytest.fixture
+def pg_conn(postgresql_sabre) -> psycopg.Connection:
+    return _with_search_path(postgresql_sabre)
+
+
+@pytest.fixture(scope="module")
+def pg_module_conn(postgresql_sabre_proc):
+    """Like ``pg_conn``, but one database for the whole module (cloned from the same template),
+    for tests that leave it as they found it, e.g. calls that must fail (and roll back): a
+    fresh database and its tables per test cost seconds on a loaded machine."""
+    proc = postgresql_sabre_proc
+    janitor = DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, password=proc.password,
+                              dbname=f"sabre_module_{secrets.token_hex(4)}", template_dbname=proc.template_dbname,
+                              maintenance_dbname=proc.maintenance_dbname)
+    with janitor, psycopg.connect(dbname=janitor.dbname, user=proc.user, password=proc.password,
+                                  host=proc.host, port=proc.port, options=proc.options) as conn:
+        yield _with_search_path(conn)
 
 
 @pytest.fixture

@@ -36,6 +36,13 @@ def db(pg_conn):
     return pg_conn
 
 
+@pytest.fixture(scope="module")
+def census_db(pg_module_conn):
+    """Like ``db``, shared by the module's tests whose calls must fail (and so change nothing)."""
+    ds.generate_census(pg_module_conn, table="census", rows=ROWS, seed=1)
+    return pg_module_conn
+
+
 # --------------------------------------------------------------------------- sabre_anonymize arguments
 
 CASES = [
@@ -90,8 +97,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("kwargs,sqlstate,parts", [pytest.param(kw, s, p, id=i) for i, kw, s, p in CASES])
-def test_bad_argument(db, kwargs, sqlstate, parts):
-    expect_error(db, lambda c: call_anonymize(c, **kwargs), sqlstate, *parts)
+def test_bad_argument(census_db, kwargs, sqlstate, parts):
+    expect_error(census_db, lambda c: call_anonymize(c, **kwargs), sqlstate, *parts)
 
 
 def suggested(hint: str) -> list[str]:
