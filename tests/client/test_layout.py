@@ -130,3 +130,42 @@ def test_the_installer_ships_exactly_the_files_of_plpython():
     assert set(shipped) == set(files) | folders | {installer.INSTALLED_MODULE}
     assert {name: shipped[name] for name in files} == files
     assert all(shipped[f] == ("", True) for f in folders)
+
+
+# ---------------------------------------------------------------------------------------
+# folders by entry point (tools/regroup_plpython.py made them; docs/architecture.md)
+# ---------------------------------------------------------------------------------------
+# folder -> layer: an import goes to a lower layer or stays in its folder, never to another
+# folder of its own layer (entry points of one kind never import another kind's)
+LAYERS = {"batch": 3, "stream": 3, "preflight": 3, "catalog": 3, "stages": 2, "shared": 1}
+
+
+def test_every_module_lives_in_a_folder_of_the_layout():
+    assert [name for name in modules() if name.count(".") != 1 or name.split(".")[0] not in LAYERS] == []
+
+
+def test_imports_go_one_way():
+    """entry points -> stages -> shared helpers -> sabre_pg.core: a helper never imports a stage
+    or an entry point, a stage never an entry point, an entry point never another folder's."""
+    def folder(name):
+        return name.split(".")[0]
+
+    wrong = sorted(f"{a} imports {b}" for a, targets in graph().items() for b in targets
+                   if folder(a) != folder(b) and LAYERS.get(folder(a), 0) <= LAYERS.get(folder(b), 0))
+    assert wrong == []
+
+
+def test_the_sql_wrappers_import_entry_points_only():
+    """Every `from sabre_plpy.<folder> import <module>` of sql/*.sql names a module of an
+    entry-point folder that exists."""
+    found = {}
+    for path in sorted((REPO / "sql").glob("*.sql")):
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        imports = "\n".join(line for line in lines if line.startswith(("from sabre_plpy", "import sabre_plpy")))
+        for node in ast.walk(ast.parse(imports)):
+            if isinstance(node, ast.ImportFrom):
+                found.update({".".join([*node.module.split(".")[1:], a.name]): path.name for a in node.names})
+            elif isinstance(node, ast.Import):
+                found.update({".".join(a.name.split(".")[1:]): path.name for a in node.names})
+    assert found and {m: f for m, f in found.items()
+                      if m not in modules() or LAYERS.get(m.split(".")[0]) != max(LAYERS.values())} == {}
