@@ -42,7 +42,7 @@ FOLDERS = {
     "catalog": (3, "hierarchies in the sabre catalog"),
     "stages": (2, "what every run shares: request, scan, publish"),
     "shared": (1, "errors, the schema and options, bulk transfer, exact closeness, progress, interrupts, "
-                  "label views, pg_cron, type checks"),
+                  "label views, pg_cron, Citus tables, type checks"),
 }
 
 # module -> folder.  A new plpython/*.py must be added here (the script refuses it otherwise).
@@ -54,7 +54,7 @@ MAPPING = {
     "request": "stages", "scan": "stages", "publish": "stages",
     "errors": "shared", "common": "shared", "safe_types": "shared", "transfer": "shared",
     "closeness": "shared", "progress": "shared", "interrupts": "shared", "labels": "shared",
-    "cron": "shared",
+    "cron": "shared", "citus": "shared",
 }
 
 SELF = Path("tools/regroup_plpython.py")
