@@ -216,14 +216,14 @@ def compare(name, n, estimated, samples, actual) -> list:
 
 
 def estimate_module():
-    """plpython/estimate.py as the installer ships it (package ``sabre_plpy``), client-side."""
+    """plpython/preflight/estimate.py as the installer ships it (package ``sabre_plpy``), client-side."""
     if "sabre_plpy" not in sys.modules:
         package = type(sys)("sabre_plpy")
         package.__path__ = [str(Path(__file__).resolve().parents[1] / "plpython")]
         installed = type(sys)("sabre_plpy._installed")
         installed.SCHEMA = "sabre"
         sys.modules.update({"sabre_plpy": package, "sabre_plpy._installed": installed})
-    return importlib.import_module("sabre_plpy.estimate")
+    return importlib.import_module("sabre_plpy.preflight.estimate")
 
 
 def true_counts(dsn, schema, table, sa, hierarchy_name) -> tuple:

@@ -12,7 +12,7 @@ Placeholders in the SQL files:
 ``@bootstrap@``
     a short PL/Python preamble (see :func:`bootstrap`) that goes first in every
     PL/Python function body. After it, ``import sabre_pg.core.emd`` or
-    ``from sabre_plpy import anonymize`` works inside the backend.
+    ``from sabre_plpy.batch import anonymize`` works inside the backend.
 ``@limit:NAME@``
     the number ``sabre_pg.core.limits.NAME`` (the caps live in that one module).
 

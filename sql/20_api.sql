@@ -1,4 +1,4 @@
--- sabre-pg SQL API: thin PL/Python wrappers around sabre_plpy (plpython/*.py), which call
+-- sabre-pg SQL API: thin PL/Python wrappers around sabre_plpy (plpython/**/*.py), which call
 -- the core engine (sabre_pg.core).  Idempotent.
 --
 -- Each entry point is written once, as the PL/Python function <name>_impl; the line
@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_define_hierarchy_impl(
 RETURNS TABLE (hierarchy text, leaves integer, height integer)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import hierarchies
+from sabre_plpy.catalog import hierarchies
 return hierarchies.define(plpy, name, csv, delimiter)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_define_hierarchy_impl(text, text, text) IS
@@ -25,7 +25,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_drop_hierarchy_impl(name text)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import hierarchies
+from sabre_plpy.catalog import hierarchies
 return hierarchies.drop(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_drop_hierarchy_impl(text) IS
@@ -69,7 +69,7 @@ RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import anonymize
+from sabre_plpy.batch import anonymize
 return anonymize.run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize_impl(oid, text, text[], text, double precision, integer, text, text, jsonb) IS
@@ -132,7 +132,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_verify_impl(
 RETURNS TABLE (classes bigint, violations bigint, max_emd double precision, min_class_size bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import verify
+from sabre_plpy.batch import verify
 return verify.run(plpy, output, sensitive, t, k, hierarchy, l)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_verify_impl(regclass, text, double precision, integer, text, integer) IS
@@ -158,7 +158,7 @@ RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import anonymize
+from sabre_plpy.batch import anonymize
 return anonymize.run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize_impl(oid, text, text[], text[], double precision[], integer, text, text, jsonb) IS
@@ -195,7 +195,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_verify_impl(
 RETURNS TABLE (classes bigint, violations bigint, max_emd double precision[], min_class_size bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import verify
+from sabre_plpy.batch import verify
 return verify.run_multi(plpy, output, sensitive, thresholds, k, hierarchies)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_verify_impl(regclass, text[], double precision[], integer, text[]) IS

@@ -1,5 +1,5 @@
 -- sabre-pg utility metrics (SABRE §3.2 and §6.2): thin PL/Python wrappers around
--- sabre_plpy.utility, which calls sabre_pg.core.metrics and sabre_pg.core.workload.
+-- sabre_plpy.batch.utility, which calls sabre_pg.core.metrics and sabre_pg.core.workload.
 -- Every function reads the anonymized relation (output: ec_id, <qi>_lo/<qi>_hi, <qi> labels,
 -- the sensitive attribute) and the original relation (source).  quasi_identifiers and
 -- sensitive may be NULL for an output recorded in sabre.runs.  Idempotent.
@@ -15,7 +15,7 @@ RETURNS TABLE (rows bigint, classes bigint, ail double precision, discernibility
                min_class_size bigint, max_class_size bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import utility
+from sabre_plpy.batch import utility
 return utility.utility(plpy, output, source, quasi_identifiers, sensitive, options)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_utility_impl(regclass, regclass, text[], text, jsonb) IS
@@ -39,7 +39,7 @@ RETURNS TABLE (median_relative_error double precision, mean_relative_error doubl
                answered bigint, dropped bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import utility
+from sabre_plpy.batch import utility
 return utility.query_error(plpy, output, source, quasi_identifiers, sensitive, queries,
                            dimensionality, selectivity, seed, options)
 $fn$;
@@ -80,7 +80,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_kl_cuboids_impl(
 RETURNS TABLE (cuboid text[], kl_divergence double precision)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import utility
+from sabre_plpy.batch import utility
 return utility.kl_divergence(plpy, output, source, quasi_identifiers, sensitive, level, options)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_kl_cuboids_impl(regclass, regclass, text[], text, integer, jsonb) IS

@@ -1,5 +1,5 @@
 -- sabre-pg estimate (issue #10, part 1): what sabre_anonymize will do, from pg_stats alone.
--- Thin PL/Python wrappers around sabre_plpy.estimate (docs/estimate.md); no row of the
+-- Thin PL/Python wrappers around sabre_plpy.preflight.estimate (docs/estimate.md); no row of the
 -- source is read.  VOLATILE: options.analyze runs ANALYZE.  Idempotent.
 
 -- The spread columns (buckets_min .. sample_rows) were added after 0.2.0, the method argument and
@@ -28,7 +28,7 @@ RETURNS TABLE (t double precision, buckets integer, u double precision, ec_size 
                stable boolean, sample_rows bigint, method text)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import estimate
+from sabre_plpy.preflight import estimate
 return estimate.estimate(plpy, source, quasi_identifiers, sensitive, t, k, options, method)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_estimate_impl(regclass, text[], text, double precision[], integer, jsonb, text) IS

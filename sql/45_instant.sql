@@ -1,6 +1,6 @@
 -- sabre-pg S-INSTANT (issue #10, part 2): full-domain k-anonymity / distinct l-diversity
 -- predicted from pg_stats (and pg_stats_ext MCV lists), validated on the data with
--- GROUPING SETS.  Thin PL/Python wrapper around sabre_plpy.instant (docs/instant.md).
+-- GROUPING SETS.  Thin PL/Python wrapper around sabre_plpy.preflight.instant (docs/instant.md).
 -- VOLATILE: it writes the output (and, on request, statistics).  Idempotent.
 
 -- The result of sabre_instant: its PL/pgSQL wrapper (installer.ERRORS) cannot declare a result column named like a parameter (output).
@@ -28,7 +28,7 @@ RETURNS TABLE (output regclass, levels integer[], scans integer, candidates_trie
                classes bigint, seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import instant
+from sabre_plpy.preflight import instant
 return instant.instant(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, output, options)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_instant_impl(regclass, text[], integer, integer, text, double precision, text, jsonb) IS

@@ -1,6 +1,6 @@
 -- sabre-pg streams (issue #8): SABRE_W (Cao et al. §5), (omega, t)-closeness on a growing
 -- table, advanced by calls or by pg_cron jobs.  Thin PL/Python wrappers around
--- sabre_plpy.stream and sabre_plpy.schedule (docs/streams.md).  Idempotent.
+-- sabre_plpy.stream.stream and sabre_plpy.stream.schedule (docs/streams.md).  Idempotent.
 --
 -- State (issue #25, finding 3).  Each stream's state lives in three relations its owner owns,
 -- created beside its output and revoked from everyone else: <output>_state (one row: position,
@@ -98,7 +98,7 @@ CREATE OR REPLACE FUNCTION @schema@.stream_migrate()
 RETURNS integer
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import stream
+from sabre_plpy.stream import stream
 return stream.migrate(plpy)
 $fn$;
 DO $mig$
@@ -140,7 +140,7 @@ RETURNS TABLE (stream text, output regclass, window_size integer, step integer,
                rows_arrived bigint, advances_ready bigint)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import stream
+from sabre_plpy.stream import stream
 return stream.create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, window_size,
                      step, method, output, options)
 $fn$;
@@ -155,7 +155,7 @@ RETURNS TABLE (advance_no bigint, case_no integer, d double precision, rows bigi
                max_emd double precision, seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import stream
+from sabre_plpy.stream import stream
 return stream.advance(plpy, name, max_advances)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_advance_impl(text, integer) IS
@@ -171,7 +171,7 @@ RETURNS TABLE (stream text, output regclass, advances bigint, window_first bigin
                advances_ready bigint, lag interval, cron_job bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import stream
+from sabre_plpy.stream import stream
 return stream.status(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_status_impl(text) IS
@@ -186,7 +186,7 @@ RETURNS TABLE (advances bigint, classes bigint, rows bigint, violations bigint, 
                updated bigint, deleted bigint, late bigint)
 LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import stream
+from sabre_plpy.stream import stream
 return stream.verify(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_verify_impl(text) IS
@@ -200,7 +200,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_stream_drop_impl(name text, purge bool
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import stream
+from sabre_plpy.stream import stream
 return stream.drop(plpy, name, purge)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_drop_impl(text, boolean) IS
@@ -213,7 +213,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_stream_schedule_impl(name text, cron t
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import schedule
+from sabre_plpy.stream import schedule
 return schedule.stream(plpy, name, cron)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_schedule_impl(text, text) IS
@@ -226,7 +226,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_stream_unschedule_impl(name text)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import schedule
+from sabre_plpy.stream import schedule
 return schedule.unschedule_stream(plpy, name)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_stream_unschedule_impl(text) IS
@@ -241,7 +241,7 @@ RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import schedule
+from sabre_plpy.stream import schedule
 return schedule.refresh(plpy, output)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_refresh_impl(text) IS
@@ -266,7 +266,7 @@ CREATE OR REPLACE FUNCTION @schema@.sabre_schedule_refresh_impl(output regclass,
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import schedule
+from sabre_plpy.stream import schedule
 return schedule.refresh_job(plpy, output, cron)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_schedule_refresh_impl(regclass, text) IS

@@ -2,7 +2,7 @@
 -- by aggregate SQL, each part anonymized with its budget by sabre_anonymize, the parts' outputs
 -- published as one.  sabre_anonymize(options => '{"partitions": N}') does all three in one
 -- backend, one part at a time; these two functions let a client (sabre-pg anonymize --parts)
--- run the parts in parallel on its own connections.  Thin wrappers around sabre_plpy.partition.
+-- run the parts in parallel on its own connections.  Thin wrappers around sabre_plpy.batch.partition.
 
 -- (part_rows and stage_rows were added in 0.2: a function's result columns cannot be replaced in place)
 DROP FUNCTION IF EXISTS @schema@.sabre_partitions(regclass, text[], text, double precision, integer, text, text, jsonb);
@@ -20,7 +20,7 @@ RETURNS TABLE (part integer, rows bigint, emd double precision, budget double pr
                predicate text, part_output text, part_options jsonb, part_rows text)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import partition
+from sabre_plpy.batch import partition
 return partition.run_plan(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, stage_rows)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_partitions_impl(regclass, text[], text, double precision, integer, text, text, jsonb, boolean) IS
@@ -46,7 +46,7 @@ RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
                seconds double precision)
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
-from sabre_plpy import partition
+from sabre_plpy.batch import partition
 return partition.run_publish(plpy, source, quasi_identifiers, sensitive, t, k, method, output, options, parts)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_publish_parts_impl(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS

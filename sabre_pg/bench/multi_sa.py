@@ -50,7 +50,7 @@ ADULT = "adult"
 ADULT_QIS = ("age", "sex", "race", "marital-status", "native-country", "workclass")
 ADULT_SAS = ("occupation", "education")
 KEY = "id"
-#: the array form's default method, and the label of 'ak''s strategy (plpython/anonymize.py)
+#: the array form's default method, and the label of 'ak''s strategy (plpython/batch/anonymize.py)
 DEFAULT_METHOD = "refine"
 STRATEGY = "auto"
 REFERENCE = "mondrian"

@@ -9,7 +9,7 @@ long vectorized computation).  Outside :func:`checking` it does nothing (the eng
 pure numpy and runs alike in tests, benchmarks and the CLI); inside, it calls the block's
 ``tick``, which may raise to stop the run.  The PL/Python entry points pass a rate-limited
 tick that runs a trivial SPI statement, so a pending cancel ends the call there
-(``plpython/interrupts.py``; docs/security.md, "Bounded and cancellable").
+(``plpython/shared/interrupts.py``; docs/security.md, "Bounded and cancellable").
 
 A tick must be cheap when it has nothing to do (it is called up to millions of times per
 run): the database's checks the time first and touches the server at most every few tenths

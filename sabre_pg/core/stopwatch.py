@@ -1,7 +1,7 @@
 """Phase timing shared by the engine, the PL/Python entry points and the benchmarks.
 
 ``PHASES`` is the one list of phase names, in pipeline order: the engine's (``sabre``),
-then the database run's (``plpython/anonymize.py``).  Reports show phases in this order;
+then the database run's (``plpython/batch/anonymize.py``).  Reports show phases in this order;
 a name not listed here is a bug caught by :meth:`Stopwatch.phase`.
 
 Progress: inside :func:`observed`, every phase a stopwatch times is reported to the observer

@@ -21,7 +21,7 @@ D and every class's EMD against its window are exact (:mod:`.exact_emd`); a clas
 (which the triangle inequality excludes) raises.
 
 :func:`advance` is stateless: the caller holds the state (published flags, S_G) -- in
-memory (:class:`StreamRun`) or in database tables (``plpython/stream.py``).
+memory (:class:`StreamRun`) or in database tables (``plpython/stream/stream.py``).
 """
 from __future__ import annotations
 

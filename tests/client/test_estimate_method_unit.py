@@ -15,7 +15,7 @@ from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.sabre import QuasiIdentifier, anonymize
 from tests.client.fake_plpy import sabre_plpy
 
-est = sabre_plpy("estimate")
+est = sabre_plpy("preflight.estimate")
 
 
 def brute_best(counts, domain, size):

@@ -1,4 +1,4 @@
-"""The estimation model of sabre_estimate (plpython/estimate.py) without a server: SA counts
+"""The estimation model of sabre_estimate (plpython/preflight/estimate.py) without a server: SA counts
 from pg_stats-like statistics, the hint's search, the knee of the suggest curve."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.sabre import plan_from_counts
 from tests.client.fake_plpy import FakePlpy, sabre_plpy
 
-est = sabre_plpy("estimate")
-request = sabre_plpy("request")
-errors = sabre_plpy("errors")
+est = sabre_plpy("preflight.estimate")
+request = sabre_plpy("stages.request")
+errors = sabre_plpy("shared.errors")
 
 
 def stats(**kw):

@@ -1,10 +1,10 @@
-"""The candidates a HINT suggests (plpython/common.py ``nearest``, ``nearest_text``): at most a
+"""The candidates a HINT suggests (plpython/shared/common.py ``nearest``, ``nearest_text``): at most a
 handful, the nearest names first."""
 from __future__ import annotations
 
 from tests.client.fake_plpy import sabre_plpy
 
-C = sabre_plpy("common")
+C = sabre_plpy("shared.common")
 
 HIERARCHIES = ["age_h", "bench_census_100000_sex", "bench_census_5000_sex", "census_birthplace", "census_education",
                "census_marital", "census_race", "census_sex", "census_workclass", "icd_h", "marital_h", "zip_h"]

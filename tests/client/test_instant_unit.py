@@ -1,4 +1,4 @@
-"""sabre_instant's SQL (plpython/instant.py, pure) and its phase 2 without a server."""
+"""sabre_instant's SQL (plpython/preflight/instant.py, pure) and its phase 2 without a server."""
 from __future__ import annotations
 
 import re
@@ -9,8 +9,8 @@ from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.instant import hierarchy_levels, interval_levels
 from tests.client.fake_plpy import sabre_plpy
 
-instant = sabre_plpy("instant")
-request = sabre_plpy("request")
+instant = sabre_plpy("preflight.instant")
+request = sabre_plpy("stages.request")
 
 INT = {"type": "integer", "category": "N", "typname": "int4", "notnull": False}
 TEXT = {"type": "text", "category": "S", "typname": "text", "notnull": False}

@@ -1,4 +1,4 @@
-"""The split's cells (plpython/partition.py) without a server: how many buckets each numerical
+"""The split's cells (plpython/batch/partition.py) without a server: how many buckets each numerical
 QI gets, so that the one grouped scan of the split holds at most CELL_CAP cells."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from tests.client.fake_plpy import sabre_plpy
 
-partition = sabre_plpy("partition")
+partition = sabre_plpy("batch.partition")
 
 
 def qi(typname):

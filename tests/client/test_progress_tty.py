@@ -123,7 +123,7 @@ def test_steps_follow_the_plan_and_never_go_back():
 
 def test_a_partitioned_publish_repeats_phases_within_its_three_steps():
     """sabre_publish_parts times check, build_output, build_output, check, swap (its plan:
-    plpython/partition.py PUBLISH_STEPS)."""
+    plpython/batch/partition.py PUBLISH_STEPS)."""
     events = []
     sw = Stopwatch()
     with observed(events.append):

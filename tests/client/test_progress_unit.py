@@ -38,7 +38,7 @@ def test_message_round_trip():
 
 
 def test_reporter_sets_application_name_and_notices():
-    progress = sabre_plpy("progress")
+    progress = sabre_plpy("shared.progress")
     plpy = FakePlpy({"current_setting": [{"progress": "on", "name": "etl"}]})
     plpy.notices = []
     plpy.notice = plpy.notices.append
@@ -53,7 +53,7 @@ def test_reporter_sets_application_name_and_notices():
 
 
 def test_reporter_reads_nothing_without_phases():
-    progress = sabre_plpy("progress")
+    progress = sabre_plpy("shared.progress")
     plpy = FakePlpy()
     with progress.reporting(plpy, "verify"):
         pass

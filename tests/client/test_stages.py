@@ -11,10 +11,10 @@ from sabre_pg.core.hierarchy import Hierarchy
 
 from .fake_plpy import FakePlpy, PlpyError, sabre_plpy
 
-E = sabre_plpy("errors")
-R = sabre_plpy("request")
-S = sabre_plpy("scan")
-P = sabre_plpy("publish")
+E = sabre_plpy("shared.errors")
+R = sabre_plpy("stages.request")
+S = sabre_plpy("stages.scan")
+P = sabre_plpy("stages.publish")
 
 INT4 = {"type": "integer", "category": "N", "typname": "int4", "notnull": True}
 INT8 = {"type": "bigint", "category": "N", "typname": "int8", "notnull": True}
@@ -51,7 +51,7 @@ def test_a_stage_error_becomes_a_postgres_error_with_sqlstate_and_hint():
 # ---------------------------------------------------------------------------- request
 @pytest.mark.parametrize("t", [None, float("nan"), 0, -0.1, 1.5, True, "0.3"])
 def test_check_t_refuses(t):
-    C = sabre_plpy("common")
+    C = sabre_plpy("shared.common")
     with pytest.raises(E.SabreError) as e:
         C.check_t(t, "hint")
     assert e.value.sqlstate == ("22004" if t is None else "22023") and e.value.hint == "hint"
@@ -59,7 +59,7 @@ def test_check_t_refuses(t):
 
 @pytest.mark.parametrize("k", [None, 0, -3, True, 2.5])
 def test_check_k_refuses(k):
-    C = sabre_plpy("common")
+    C = sabre_plpy("shared.common")
     with pytest.raises(E.SabreError):
         C.check_k(k, "hint")
 
@@ -256,7 +256,7 @@ def test_every_internal_call_in_the_generated_sql_is_qualified():
 @pytest.mark.parametrize("values", [np.array([5, -3, 5, 2**40, 7, -3]), np.array([0.5, -1.0, 0.5, 2.0]),
                                     np.arange(10) * 3, np.array([2**62, 2**62 + 1, 2**62])])
 def test_ranks_are_dense_ranks(values):
-    K = sabre_plpy("closeness")
+    K = sabre_plpy("shared.closeness")
     codes, m = K.ranks(values)
     distinct, expected = np.unique(values, return_inverse=True)
     assert codes.tolist() == expected.reshape(-1).tolist() and m == len(distinct)
@@ -264,7 +264,7 @@ def test_ranks_are_dense_ranks(values):
 
 @pytest.mark.parametrize("spread", [10, 10 ** 12])          # counting, and sorting for a wide range of ids
 def test_groups_count_class_code_pairs(spread):
-    K = sabre_plpy("closeness")
+    K = sabre_plpy("shared.closeness")
     rng = np.random.default_rng(3)
     ec = rng.integers(0, 40, 5000) * spread - 7
     codes = rng.integers(0, 9, 5000)

@@ -7,7 +7,7 @@ import numpy as np
 from .fake_plpy import sabre_plpy
 from .test_stages import INT4, INT8, TEXT, request
 
-ST = sabre_plpy("stream")
+ST = sabre_plpy("stream.stream")
 
 
 def test_output_columns_extend_the_batch_output():

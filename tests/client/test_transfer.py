@@ -1,4 +1,4 @@
-"""plpython/transfer.py without a server: binary array decoding, bit packing, hash lookup.
+"""plpython/shared/transfer.py without a server: binary array decoding, bit packing, hash lookup.
 
 The binary layout is PostgreSQL's ``array_send`` format; the DB tests check the same
 functions against a live server (every sabre_anonymize reads through them)."""
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-_path = Path(__file__).resolve().parents[2] / "plpython" / "transfer.py"
+_path = Path(__file__).resolve().parents[2] / "plpython" / "shared" / "transfer.py"
 _spec = importlib.util.spec_from_file_location("sabre_plpy_transfer", _path)
 T = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(T)

@@ -2,7 +2,7 @@
 and leaves nothing behind (no relation created or dropped, no run recorded, the source and
 the stored hierarchies unchanged).
 
-SQLSTATEs are the ones plpython/common.py defines:
+SQLSTATEs are the ones plpython/shared/common.py defines:
 22023 invalid_parameter_value, 22004 null_value_not_allowed, 22P04 bad_copy_file_format,
 42P01 undefined_table, 42703 undefined_column, 42704 undefined_object, 42701 duplicate_column,
 42P07 duplicate_table, 42602 invalid_name.

@@ -186,11 +186,11 @@ def test_one_call_checks_in_chunks(pg_conn, census):
     classes straddle chunks): the same classes and EMDs as one chunk."""
     opts = {"hierarchies": census, "partitions": 3}
     whole = anonymize(pg_conn, "public.census", QIS, "salary", T, K, "ak", "public.census_whole", opts)
-    pg_conn.execute("DO $$ import sabre_plpy.partition as p; p.CHECK_ROWS = 300 $$ LANGUAGE plpython3u")
+    pg_conn.execute("DO $$ import sabre_plpy.batch.partition as p; p.CHECK_ROWS = 300 $$ LANGUAGE plpython3u")
     try:
         res = anonymize(pg_conn, "public.census", QIS, "salary", T, K, "ak", "public.census_chunks", opts)
     finally:
-        pg_conn.execute("DO $$ import sabre_plpy.partition as p; p.CHECK_ROWS = 1 << 20 $$ LANGUAGE plpython3u")
+        pg_conn.execute("DO $$ import sabre_plpy.batch.partition as p; p.CHECK_ROWS = 1 << 20 $$ LANGUAGE plpython3u")
     check_partitioned(pg_conn, "public.census_chunks", "salary", T, K, res)
     assert scalar(pg_conn, "SELECT pg_relation_size('public.census_chunks') / 8192") > 3
     assert (res["classes"], res["max_emd"]) == (whole["classes"], whole["max_emd"])

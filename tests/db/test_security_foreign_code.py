@@ -1,5 +1,5 @@
 """Issue 25, finding 1: a data owner's code must not run in a sabre call, through a cast, a
-domain's CHECK or an output column typed by the owner's type (plpython/safe_types.py).
+domain's CHECK or an output column typed by the owner's type (plpython/shared/safe_types.py).
 
 Roles: the DBA (the test's superuser connection), an analyst ``fc_analyst`` with USAGE on
 ``sabre`` and ``search_path = public, sabre``, and a data owner ``fc_owner`` who owns the
@@ -333,7 +333,7 @@ def test_safe_types_rule():
     relabel), another role's type as text through a superuser's output function, anything
     else is refused; a relation needing no conversion is read as it is."""
     from tests.client.fake_plpy import sabre_plpy
-    S = sabre_plpy("safe_types")
+    S = sabre_plpy("shared.safe_types")
     assert S.column(_row(declared="integer"))["read"] is None
     domain = S.column(_row(domain=True))
     assert domain["read"] == ("(", ")::integer") and domain["type"] == "integer" and not domain["converted"]
@@ -509,7 +509,7 @@ def test_safe_types_rule_collations_and_domains():
     domain relabelled first); a domain over another role's type is relabelled to it before its
     output function."""
     from tests.client.fake_plpy import sabre_plpy
-    S = sabre_plpy("safe_types")
+    S = sabre_plpy("shared.safe_types")
     plain = S.column(_row(declared="text", type="text", typname="text", category="S", recollate=True))
     assert "x".join(plain["read"]) == '(x COLLATE pg_catalog."default")' and plain["type"] == "text"
     dom = S.column(_row(type="text", typname="text", category="S", domain=True, recollate=True))

@@ -46,10 +46,10 @@ from sabre_pg.core.exact_emd import ClassEMDs
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.stopwatch import Stopwatch
 
-from . import common as C
-from . import cron
-from . import errors as E
-from . import publish, request, scan
+from ..shared import common as C
+from ..shared import cron
+from ..shared import errors as E
+from ..stages import publish, request, scan
 
 CALL_STEPS = ("validate", "number")             # an advance call's steps before its advances
 STATE_SUFFIXES = ("_state", "_rows", "_log")   # the state relations, beside the output

@@ -31,11 +31,11 @@ from sabre_pg.core import instant as I
 from sabre_pg.core.checkpoint import checked
 from sabre_pg.core.metrics import discernibility
 
-from . import common as C
-from . import errors as E
+from ..shared import common as C
+from ..shared import errors as E
+from ..stages import publish, request, scan
 from . import estimate as S
 from . import expression_statistics as X
-from . import publish, request, scan
 
 OPTION_KEYS = ("hierarchies", "threshold", "criterion", "batch", "statistics", "analyze", "hybrid", "search",
                "keep", "nulls", "replace", "cascade", "lock_timeout", "statistics_target", "expression_level")

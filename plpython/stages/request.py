@@ -15,8 +15,8 @@ import numpy as np
 from sabre_pg.core import limits
 from sabre_pg.core.sabre import METHODS
 
-from . import common as C
-from . import errors as E
+from ..shared import common as C
+from ..shared import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
                "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search", "threads",

@@ -27,9 +27,10 @@ from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import PlanCounter, plan_counts
 
-from . import common as C
-from . import errors as E
-from . import request, safe_types, scan
+from ..shared import common as C
+from ..shared import errors as E
+from ..shared import safe_types
+from ..stages import request, scan
 
 OPTION_KEYS = ("hierarchies", "lookahead", "nulls", "analyze", "suggest")
 OPTIONS_EXAMPLE = '{"suggest": true}'

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 
-from . import common as C
-from . import errors as E
+from ..shared import common as C
+from ..shared import errors as E
+from ..shared.cron import schedule_job, unschedule_job
 from . import stream as S
-from .cron import schedule_job, unschedule_job
 
 
 @E.entry_point

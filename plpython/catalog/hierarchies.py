@@ -10,8 +10,8 @@ from __future__ import annotations
 from sabre_pg.core import limits
 from sabre_pg.core.hierarchy import parse_arx
 
-from . import common as C
-from . import errors as E
+from ..shared import common as C
+from ..shared import errors as E
 
 GRANT_HINT = ("Ask the DBA to allow it: GRANT INSERT, UPDATE, DELETE ON %s, %s TO <role>; "
               "each role then writes only the hierarchies it owns.")

@@ -26,9 +26,9 @@ from sabre_pg.core.emd import SADomain
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.sabre import QuasiIdentifier
 
-from . import common as C
-from . import errors as E
-from . import transfer as T
+from ..shared import common as C
+from ..shared import errors as E
+from ..shared import transfer as T
 
 HASH = "pg_catalog.hashtextextended(({v})::pg_catalog.text, {seed})"
 LOW32 = 4294967295

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import closeness
-from . import common as C
-from . import errors as E
-from . import request
-from . import safe_types
+from ..shared import closeness
+from ..shared import common as C
+from ..shared import errors as E
+from ..shared import safe_types
+from ..stages import request
 
 EC_ID_TYPES = ("int2", "int4", "int8")
 

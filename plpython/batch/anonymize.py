@@ -22,10 +22,11 @@ from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
-from . import citus
-from . import common as C
-from . import errors as E
-from . import partition, publish, request, scan
+from ..shared import citus
+from ..shared import common as C
+from ..shared import errors as E
+from ..stages import publish, request, scan
+from . import partition
 
 ENGINE_HINT = "Check the arguments of sabre_anonymize."
 

@@ -38,11 +38,11 @@ from sabre_pg.core.exact_emd import domain_class_emds
 from sabre_pg.core.mondrian import against_table
 from sabre_pg.core.stopwatch import Stopwatch
 
-from . import closeness
-from . import common as C
-from . import errors as E
-from . import publish, request, scan
-from . import transfer as T
+from ..shared import closeness
+from ..shared import common as C
+from ..shared import errors as E
+from ..shared import transfer as T
+from ..stages import publish, request, scan
 
 PART_SHARE = 0.5         # a part keeps at least this share of t as its budget
 HIST_BUCKETS = 256       # at most this many buckets per numerical QI in the split's cells

@@ -35,8 +35,8 @@ import numpy as np
 
 from sabre_pg.core import instant as I
 
-from . import common as C
-from . import errors as E
+from ..shared import common as C
+from ..shared import errors as E
 from . import estimate as S
 
 TEXT_IMMUTABLE = ("text", "varchar", "bpchar", "name", "int2", "int4", "int8", "numeric", "bool", "uuid")

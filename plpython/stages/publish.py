@@ -29,11 +29,11 @@ import numpy as np
 
 from sabre_pg.core.generalize import ECIndex
 
-from . import citus, closeness
-from . import common as C
-from . import errors as E
-from . import labels
-from . import transfer as T
+from ..shared import citus, closeness
+from ..shared import common as C
+from ..shared import errors as E
+from ..shared import labels
+from ..shared import transfer as T
 
 # ranges of these types are the source's own values (min and max per class), not a float8 decoded
 # back: an interval's float8 is justified ('400 days' read back as '1 year 1 mon 10 days'), a
@@ -546,7 +546,7 @@ def swap(plpy, req, run, prev: Previous, built: dict):
     name}) under lock_timeout: grants carry over, comments carry the run's identity.  With
     options.refresh = 'mvcc' the previous relations keep their identity and get the new rows.
     The label view (options.labels) is built first, on the new output.  On a Citus distributed
-    source the relations are made Citus tables first (plpython/citus.py)."""
+    source the relations are made Citus tables first (plpython/shared/citus.py)."""
     citus.distribute_outputs(plpy, req, built)
     built = {**labels.build(plpy, req, run, built[""]), **built}    # the view before its tables
     if req.options.refresh == "mvcc" and set(prev.relations) == set(built):

@@ -15,9 +15,9 @@ import json
 from sabre_pg.core import limits, parameters
 from sabre_pg.core.hierarchy import Hierarchy, HierarchyError, check_size
 
+from .._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
 from . import errors as E
 from . import safe_types
-from ._installed import SCHEMA   # the schema sabre-pg was installed in (fixed at install time)
 from .errors import (DATATYPE_MISMATCH, INVALID_PARAMETER, NULL_NOT_ALLOWED,  # noqa: F401 (used as C.*)
                      UNDEFINED_COLUMN, UNDEFINED_OBJECT)
 

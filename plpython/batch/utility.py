@@ -22,9 +22,9 @@ from sabre_pg.core import workload as W
 from sabre_pg.core.generalize import CategoricalNode, NumericalRange
 from sabre_pg.core.hierarchy import Hierarchy
 
-from . import common as C
-from . import errors as E
-from .request import Attr, parse_weights
+from ..shared import common as C
+from ..shared import errors as E
+from ..stages.request import Attr, parse_weights
 
 OPTION_KEYS = ("hierarchies", "weights", "k", "max_cells", "max_bins")
 
