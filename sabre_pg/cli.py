@@ -46,7 +46,9 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--stream", action="store_true",
                       help="the stream experiment instead (SABRE_W, Figs 15-16)")
     mode.add_argument("--speed", action="store_true",
-                      help="plain calls per method against a plain copy: time, phases, VmHWM (--sizes)")
+                      help="each method against a plain copy: time, VmHWM")
+    mode.add_argument("--citus", action="store_true",
+                      help="Citus: a distributed table against one node")
     p.add_argument("--quick", action="store_true", help="small n and few points (under a minute)")
     p.add_argument("--full", action="store_true", help="with --stream: the full sizes (500k rows)")
     p.add_argument("--rows", type=int, metavar="N", help="n of the main configuration")
@@ -89,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db_args(p)
     p = sub.add_parser("bench", help="run the benchmarks (docs/evaluation.md)",
                        description="Reruns the paper's experiments on generated census data (docs/evaluation.md): "
-                                   "by default the §6 suite; --instant, --multi-sa or --stream runs that "
-                                   "experiment instead.")
+                                   "by default the §6 suite; --instant, --multi-sa, --stream, --speed or --citus "
+                                   "runs that experiment instead.")
     _add_db_args(p)
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
     add_bench_options(p)
