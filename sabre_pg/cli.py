@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --parts: W parts at a time, each on its own connection (default 1: one backend, "
                         "one part after another)")
 
+    p = sub.add_parser("advance", help="advance a stream (sabre_stream_advance) with progress")
+    _add_db_args(p)
+    p.add_argument("stream", help="the stream's name (sabre_stream_create's name)")
+    p.add_argument("--max", type=int, metavar="N", help="at most N advances (default: every step that has arrived)")
+    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
+                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
+
     p = sub.add_parser("gen", help="generate a synthetic CENSUS-like table")
     _add_db_args(p, "--sabre-schema")
     p.add_argument("--table", default="census")
@@ -191,6 +198,29 @@ def anonymize(args: argparse.Namespace) -> int:
             if display is not None:
                 display.close()
         return _report_and_verify(args, conn, run, options, hierarchies)
+
+
+def advance(args: argparse.Namespace) -> int:
+    """``sabre-pg advance``: a stream's advances with progress (as ``anonymize``), one line each."""
+    from sabre_pg import api
+    from sabre_pg.connect import connect
+    from sabre_pg.progress import ProgressDisplay
+
+    display = None if args.progress == "none" else ProgressDisplay(
+        bar={"auto": None, "bar": True, "lines": False}[args.progress])
+    with connect(args, autocommit=True) as conn:
+        try:
+            done = api.stream_advance(conn, args.stream, args.max, schema=args.sabre_schema, progress=display)
+        finally:
+            if display is not None:
+                display.close()
+    for a in done:
+        emd = "n/a" if a["max_emd"] is None else "%.4f" % a["max_emd"]
+        print("advance %d (case %d): %d rows in %d classes, max EMD %s, %.2f s" % (
+            a["advance_no"], a["case_no"], a["rows"], a["classes"], emd, a["seconds"]))
+    if not done:
+        print("no complete step has arrived: nothing to advance")
+    return 0
 
 
 def _anonymize_partitioned(args: argparse.Namespace, options: dict, hierarchies: dict) -> int:
@@ -284,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if report["ok"] else 1
     if cmd == "anonymize":
         return anonymize(args)
+    if cmd == "advance":
+        return advance(args)
     if cmd in ("gen", "load"):
         datasets = _plugin("datasets")
         with connect(args) as conn:
