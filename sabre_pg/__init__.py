@@ -1,13 +1,13 @@
 """sabre-pg: SABRE t-closeness anonymization inside PostgreSQL.
 
 The Python API (:mod:`sabre_pg.api`: ``anonymize``, ``verify``, ``estimate``, ``runs``,
-``Run``) and the errors (:mod:`sabre_pg.errors`) are imported on first use, so
+``stream_advance``, ``Run``) and the errors (:mod:`sabre_pg.errors`) are imported on first use, so
 ``import sabre_pg`` needs neither pandas nor SQLAlchemy.
 """
 
 __version__ = "0.2.0"
 
-_API = ("anonymize", "verify", "estimate", "runs", "reflect", "Run")
+_API = ("anonymize", "verify", "estimate", "runs", "reflect", "Run", "stream_advance")
 _ERRORS = ("SabreError", "DatabaseError", "MissingExtra", "InvalidParameter", "UndefinedObject",
            "InsufficientPrivilege", "ObjectInUse", "SourceChanged")
 __all__ = ["__version__", *_API, *_ERRORS]

@@ -356,6 +356,20 @@ def estimate(bind, source, quasi_identifiers: Sequence[str], sensitive: str, t: 
         (_relation_name(source), list(quasi_identifiers), sensitive, ts, k, json.dumps(options or {}), method))
 
 
+def stream_advance(bind, name: str, max_advances: int | None = None, *, schema: str = DEFAULT_SCHEMA,
+                   progress: Callable[[dict], None] | None = None) -> list[dict]:
+    """``sabre_stream_advance``: every complete step that has arrived (at most ``max_advances``),
+    one dict per advance (advance_no, case_no, d, rows, classes, max_emd, seconds; docs/streams.md);
+    ``progress`` gets each phase event the server reports (docs/progress.md)."""
+    from psycopg import sql
+
+    query = sql.SQL("SELECT * FROM {}(%s, %s::int)").format(_function(schema, "sabre_stream_advance"))
+    with _errors(), _session(bind) as conn, _progress(conn, progress):
+        cur = conn.execute(query, (name, max_advances))
+        columns = [c.name for c in cur.description]
+        return [dict(zip(columns, row)) for row in cur.fetchall()]
+
+
 def runs(bind, limit: int | None = None, *, schema: str = DEFAULT_SCHEMA):
     """``<schema>.runs``: your recorded runs (a superuser sees all), newest first."""
     from psycopg import sql

@@ -46,7 +46,9 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--stream", action="store_true",
                       help="the stream experiment instead (SABRE_W, Figs 15-16)")
     mode.add_argument("--speed", action="store_true",
-                      help="plain calls per method against a plain copy: time, phases, VmHWM (--sizes)")
+                      help="each method against a plain copy: time, VmHWM")
+    mode.add_argument("--citus", action="store_true",
+                      help="Citus: a distributed table against one node")
     p.add_argument("--quick", action="store_true", help="small n and few points (under a minute)")
     p.add_argument("--full", action="store_true", help="with --stream: the full sizes (500k rows)")
     p.add_argument("--rows", type=int, metavar="N", help="n of the main configuration")
@@ -89,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db_args(p)
     p = sub.add_parser("bench", help="run the benchmarks (docs/evaluation.md)",
                        description="Reruns the paper's experiments on generated census data (docs/evaluation.md): "
-                                   "by default the §6 suite; --instant, --multi-sa or --stream runs that "
-                                   "experiment instead.")
+                                   "by default the §6 suite; --instant, --multi-sa, --stream, --speed or --citus "
+                                   "runs that experiment instead.")
     _add_db_args(p)
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
     add_bench_options(p)
@@ -118,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=1, metavar="W",
                    help="with --parts: W parts at a time, each on its own connection (default 1: one backend, "
                         "one part after another)")
+
+    p = sub.add_parser("advance", help="advance a stream (sabre_stream_advance) with progress")
+    _add_db_args(p)
+    p.add_argument("stream", help="the stream's name (sabre_stream_create's name)")
+    p.add_argument("--max", type=int, metavar="N", help="at most N advances (default: every step that has arrived)")
+    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
+                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
 
     p = sub.add_parser("gen", help="generate a synthetic CENSUS-like table")
     _add_db_args(p, "--sabre-schema")
@@ -189,6 +198,29 @@ def anonymize(args: argparse.Namespace) -> int:
             if display is not None:
                 display.close()
         return _report_and_verify(args, conn, run, options, hierarchies)
+
+
+def advance(args: argparse.Namespace) -> int:
+    """``sabre-pg advance``: a stream's advances with progress (as ``anonymize``), one line each."""
+    from sabre_pg import api
+    from sabre_pg.connect import connect
+    from sabre_pg.progress import ProgressDisplay
+
+    display = None if args.progress == "none" else ProgressDisplay(
+        bar={"auto": None, "bar": True, "lines": False}[args.progress])
+    with connect(args, autocommit=True) as conn:
+        try:
+            done = api.stream_advance(conn, args.stream, args.max, schema=args.sabre_schema, progress=display)
+        finally:
+            if display is not None:
+                display.close()
+    for a in done:
+        emd = "n/a" if a["max_emd"] is None else "%.4f" % a["max_emd"]
+        print("advance %d (case %d): %d rows in %d classes, max EMD %s, %.2f s" % (
+            a["advance_no"], a["case_no"], a["rows"], a["classes"], emd, a["seconds"]))
+    if not done:
+        print("no complete step has arrived: nothing to advance")
+    return 0
 
 
 def _anonymize_partitioned(args: argparse.Namespace, options: dict, hierarchies: dict) -> int:
@@ -282,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if report["ok"] else 1
     if cmd == "anonymize":
         return anonymize(args)
+    if cmd == "advance":
+        return advance(args)
     if cmd in ("gen", "load"):
         datasets = _plugin("datasets")
         with connect(args) as conn:

@@ -5,6 +5,8 @@
     sabre-pg bench --instant [--quick] ...      S-INSTANT (:mod:`sabre_pg.bench.instant`)
     sabre-pg bench --multi-sa [--quick] ...     several SAs (:mod:`sabre_pg.bench.multi_sa`)
     sabre-pg bench --stream [--full] [--rows N] SABRE_W, Figs 15-16 (:mod:`sabre_pg.bench.stream`)
+    sabre-pg bench --speed [--sizes N,...]      plain calls against a plain copy (:mod:`sabre_pg.bench.speed`)
+    sabre-pg bench --citus [--rows N]           Citus: distributed against one node (:mod:`sabre_pg.bench.citus`)
 
 Every configuration runs ``sabre_anonymize`` (SABRE-AK and SABRE-KNN) on a generated census
 table and measures the output with the SQL metric functions (``sabre_utility``,
@@ -24,6 +26,7 @@ This module holds the command line: :func:`main` and :func:`run_bench`.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -128,6 +131,8 @@ def main(args) -> int:
         return multi_sa_main(args, opts, schema, out)
     if getattr(opts, "speed", False):
         return speed_main(args, opts, schema, out)
+    if getattr(opts, "citus", False):
+        return citus_main(args, opts, schema, out)
     with connect(args, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = public, {}").format(sql.Identifier(schema)))
         if opts.stream:
@@ -184,6 +189,32 @@ def speed_main(args, opts, schema: str, out: Path) -> int:
     (out / "speed.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "speed.md").write_text(speed.curve_table(results) + "\n")
     print(f"bench --speed finished; results in {out}/ (speed.json, speed.md)")
+    return 0
+
+
+def citus_main(args, opts, schema: str, out: Path) -> int:
+    """``sabre-pg bench --citus`` (:mod:`sabre_pg.bench.citus`): on a Citus coordinator, the default
+    call on a distributed table against the same table on one node (--sizes or --rows; default
+    100000, --quick 5000)."""
+    import json
+
+    from sabre_pg.bench import citus
+    from sabre_pg.connect import resolve_dsn
+
+    sizes = citus.QUICK_ROWS if opts.quick else citus.DEFAULT_ROWS
+    if opts.sizes:
+        sizes = [int(x) for x in opts.sizes.split(",") if x.strip()]
+    elif opts.rows:
+        sizes = [opts.rows]
+    try:
+        results = citus.run_citus(resolve_dsn(args), sizes, schema, echo=lambda text: print(text, flush=True))
+    except citus.NotCitus as e:
+        print(f"sabre-pg bench --citus: {e}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "citus.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "citus.md").write_text(citus.table_md(results) + "\n")
+    print(f"bench --citus finished; results in {out}/ (citus.json, citus.md)")
     return 0
 
 

@@ -82,8 +82,8 @@ def test_unknown_options_rejected_except_pass_through(capsys):
     assert "--bogus" in capsys.readouterr().err
 
 
-BENCH_OPTIONS = ("--out", "--instant", "--multi-sa", "--stream", "--quick", "--full", "--rows", "--queries",
-                 "--sizes", "--no-peer", "--seed", "--keep")
+BENCH_OPTIONS = ("--out", "--instant", "--multi-sa", "--stream", "--speed", "--citus", "--quick", "--full", "--rows",
+                 "--queries", "--sizes", "--no-peer", "--seed", "--keep")
 
 
 def test_bench_help_lists_every_bench_option_on_one_line(monkeypatch, capsys):
