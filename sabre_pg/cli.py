@@ -59,6 +59,40 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="store_true", help="keep the output tables")
 
 
+def _add_run_commands(sub) -> None:
+    """``anonymize`` and ``advance``: the commands that run sabre with progress on stderr."""
+    p = sub.add_parser("anonymize", help="run sabre_anonymize with progress, then sabre_verify")
+    _add_db_args(p)
+    p.add_argument("source", help="table or view to anonymize (resolved with the session's search_path)")
+    p.add_argument("--qi", nargs="+", required=True, metavar="COLUMN", help="quasi-identifiers")
+    p.add_argument("--sensitive", required=True, metavar="COLUMN", help="the sensitive attribute")
+    p.add_argument("-t", type=float, required=True, help="t-closeness threshold (0 < t <= 1)")
+    p.add_argument("-k", type=int, default=1, help="k-anonymity (default: 1)")
+    p.add_argument("--method", choices=["refine", "ak", "knn", "mondrian"], default="refine",
+                   help="default: refine (t-Mondrian with searched cuts); ak, knn: the paper's SABRE-AK, SABRE-KNN")
+    p.add_argument("--output", help="output relation (default: <source>_sabre beside the source)")
+    p.add_argument("--hierarchy", action="append", default=[], metavar="COLUMN=NAME",
+                   help="a column's hierarchy (options.hierarchies); repeatable")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of sabre_anonymize, VALUE as JSON or else text, e.g. seed=3, "
+                        "labels=true, keep='[\"id\"]'; repeatable")
+    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
+                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
+    p.add_argument("--parts", type=int, metavar="N",
+                   help="a partitioned run in N parts, each read and anonymized alone (options.partitions; "
+                        "docs/scale-out.md): bounded memory per backend")
+    p.add_argument("--parallel", type=int, default=1, metavar="W",
+                   help="with --parts: W parts at a time, each on its own connection (default 1: one backend, "
+                        "one part after another)")
+
+    p = sub.add_parser("advance", help="advance a stream (sabre_stream_advance) with progress")
+    _add_db_args(p)
+    p.add_argument("stream", help="the stream's name (sabre_stream_create's name)")
+    p.add_argument("--max", type=int, metavar="N", help="at most N advances (default: every step that has arrived)")
+    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
+                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sabre-pg", description="SABRE t-closeness anonymization in PostgreSQL")
     parser.add_argument("--version", action="version", version=f"sabre-pg {sabre_pg.__version__}")
@@ -97,36 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
     add_bench_options(p)
 
-    p = sub.add_parser("anonymize", help="run sabre_anonymize with progress, then sabre_verify")
-    _add_db_args(p)
-    p.add_argument("source", help="table or view to anonymize (resolved with the session's search_path)")
-    p.add_argument("--qi", nargs="+", required=True, metavar="COLUMN", help="quasi-identifiers")
-    p.add_argument("--sensitive", required=True, metavar="COLUMN", help="the sensitive attribute")
-    p.add_argument("-t", type=float, required=True, help="t-closeness threshold (0 < t <= 1)")
-    p.add_argument("-k", type=int, default=1, help="k-anonymity (default: 1)")
-    p.add_argument("--method", choices=["refine", "ak", "knn", "mondrian"], default="refine",
-                   help="default: refine (t-Mondrian with searched cuts); ak, knn: the paper's SABRE-AK, SABRE-KNN")
-    p.add_argument("--output", help="output relation (default: <source>_sabre beside the source)")
-    p.add_argument("--hierarchy", action="append", default=[], metavar="COLUMN=NAME",
-                   help="a column's hierarchy (options.hierarchies); repeatable")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option of sabre_anonymize, VALUE as JSON or else text, e.g. seed=3, "
-                        "labels=true, keep='[\"id\"]'; repeatable")
-    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
-                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
-    p.add_argument("--parts", type=int, metavar="N",
-                   help="a partitioned run in N parts, each read and anonymized alone (options.partitions; "
-                        "docs/scale-out.md): bounded memory per backend")
-    p.add_argument("--parallel", type=int, default=1, metavar="W",
-                   help="with --parts: W parts at a time, each on its own connection (default 1: one backend, "
-                        "one part after another)")
-
-    p = sub.add_parser("advance", help="advance a stream (sabre_stream_advance) with progress")
-    _add_db_args(p)
-    p.add_argument("stream", help="the stream's name (sabre_stream_create's name)")
-    p.add_argument("--max", type=int, metavar="N", help="at most N advances (default: every step that has arrived)")
-    p.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
-                   help="progress on stderr: a bar on a terminal, plain lines otherwise (default: auto)")
+    _add_run_commands(sub)
 
     p = sub.add_parser("gen", help="generate a synthetic CENSUS-like table")
     _add_db_args(p, "--sabre-schema")
