@@ -21,7 +21,6 @@ Adult is read from ``$SABRE_DATA`` (default: ../shared/data beside the project)/
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -37,8 +36,8 @@ from sabre_pg.core.generalize import ECIndex  # noqa: E402
 from sabre_pg.core.hierarchy import Hierarchy  # noqa: E402
 from sabre_pg.core.partition_first import partition_first  # noqa: E402
 from sabre_pg.core.refine import refine  # noqa: E402
-from sabre_pg.core.sabre import QuasiIdentifier, anonymize, generalize_classes  # noqa: E402
-from sabre_pg.synthetic import census  # noqa: E402
+from sabre_pg.core.sabre import anonymize, generalize_classes  # noqa: E402
+from sabre_pg.synthetic import adult, census  # noqa: E402
 from shared_data import SHARED_DATA  # noqa: E402
 
 LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine": "refine",
@@ -51,28 +50,6 @@ LABEL = {"ak": "SABRE-AK", "knn": "SABRE-KNN", "mondrian": "t-Mondrian", "refine
 VARIANTS = {"refine-t": {"search": "thorough"}, "refine-0": {"rescue": False, "merges": 0},
             "refine-r": {"merges": 0}}
 EMD_WEIGHT = 0.2         # 'refine-w': refine's cut search with this EMD weight (core only)
-
-
-def adult(data_dir: Path):
-    """Adult: occupation as hierarchical SA, the other 8 columns as QIs (age numerical)."""
-    d = data_dir / "adult"
-    with open(d / "adult.csv", newline="") as f:
-        rows = list(csv.reader(f, delimiter=";"))
-    head, rows = rows[0], rows[1:]
-    cols = {h: [r[i] for r in rows] for i, h in enumerate(head)}
-
-    def hierarchy(c):
-        return Hierarchy.from_arx((d / ("adult_hierarchy_%s.csv" % c)).read_text())
-
-    qis = []
-    for c in head:
-        if c == "age":
-            qis.append(QuasiIdentifier(c, np.array(cols[c], dtype=np.float64)))
-        elif c != "occupation":
-            h = hierarchy(c)
-            qis.append(QuasiIdentifier(c, h.codes(cols[c]), h))
-    h = hierarchy("occupation")
-    return qis, h.codes(cols["occupation"]), SADomain("categorical", hierarchy=h)
 
 
 def flat(domain: SADomain) -> SADomain:
@@ -132,7 +109,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     methods = (a.methods or ("ak,refine" if a.data == "speed" else "ak,knn,mondrian,refine")).split(",")
     if a.data == "adult":
-        qis, codes, dom = adult(SHARED_DATA)
+        qis, codes, dom = adult(SHARED_DATA / "adult")
         configs, title = [(0.2, 5)], "Adult, occupation (hierarchical SA), 8 QIs"
     else:
         qis, codes, dom = census(a.rows, seed=1)

@@ -7,6 +7,9 @@ generator's: salary depends on age, education, workclass and sex.
 """
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import numpy as np
 
 from . import census as domain
@@ -71,3 +74,27 @@ def census(n: int, seed: int = 0):
            for column in domain.CENSUS_QIS]
     codes, distinct = encode_numerical(salary)
     return qis, codes, SADomain("numerical", m=len(distinct))
+
+
+def adult(directory: Path):
+    """(qis, sa_codes, sa_domain) of the ARX Adult data in ``directory`` (``adult.csv`` and its
+    ``adult_hierarchy_<column>.csv``): occupation as hierarchical SA, the other 8 columns as
+    QIs (age numerical, the rest with their hierarchies).  The benchmarks' and the core tests'
+    Adult."""
+    with open(directory / "adult.csv", newline="") as f:
+        rows = list(csv.reader(f, delimiter=";"))
+    head, rows = rows[0], rows[1:]
+    cols = {h: [r[i] for r in rows] for i, h in enumerate(head)}
+
+    def hierarchy(c):
+        return Hierarchy.from_arx((directory / ("adult_hierarchy_%s.csv" % c)).read_text())
+
+    qis = []
+    for c in head:
+        if c == "age":
+            qis.append(QuasiIdentifier(c, np.array(cols[c], dtype=np.float64)))
+        elif c != "occupation":
+            h = hierarchy(c)
+            qis.append(QuasiIdentifier(c, h.codes(cols[c]), h))
+    h = hierarchy("occupation")
+    return qis, h.codes(cols["occupation"]), SADomain("categorical", hierarchy=h)

@@ -4,17 +4,13 @@ recorded as hashes of the class id of every row (sha256 of the int64 array, firs
 digits).  A change that alters the classes on purpose must re-record them and say why."""
 from __future__ import annotations
 
-import csv
 import hashlib
 
 import numpy as np
 import pytest
 
-from sabre_pg.core.emd import SADomain
-from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.refine import refine
-from sabre_pg.core.sabre import QuasiIdentifier
-from sabre_pg.synthetic import census
+from sabre_pg.synthetic import adult, census
 
 # recorded from the code before the speed work (main at 3d281cd)
 # census(100_000, seed=1), t = 0.35, k = 6, per threads (same classes, numbered differently)
@@ -24,28 +20,6 @@ ADULT = "4e7e3c2c4548adb2"
 
 def digest(ec) -> str:
     return hashlib.sha256(np.ascontiguousarray(ec, dtype=np.int64).tobytes()).hexdigest()[:16]
-
-
-def adult(d):
-    """Adult as benchmarks/bench_methods.py reads it: occupation as hierarchical SA, the
-    other 8 columns as QIs (age numerical)."""
-    with open(d / "adult.csv", newline="") as f:
-        rows = list(csv.reader(f, delimiter=";"))
-    head, rows = rows[0], rows[1:]
-    cols = {h: [r[i] for r in rows] for i, h in enumerate(head)}
-
-    def hierarchy(c):
-        return Hierarchy.from_arx((d / ("adult_hierarchy_%s.csv" % c)).read_text())
-
-    qis = []
-    for c in head:
-        if c == "age":
-            qis.append(QuasiIdentifier(c, np.array(cols[c], dtype=np.float64)))
-        elif c != "occupation":
-            h = hierarchy(c)
-            qis.append(QuasiIdentifier(c, h.codes(cols[c]), h))
-    h = hierarchy("occupation")
-    return qis, h.codes(cols["occupation"]), SADomain("categorical", hierarchy=h)
 
 
 def test_adult_classes_unchanged(shared_dir):
