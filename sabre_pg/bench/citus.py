@@ -27,7 +27,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from sabre_pg.bench.speed import K, T, backend_memory, ensure_table, load_average, proc_memory  # noqa: F401
+from sabre_pg.bench.speed import K, T, backend_memory, ensure_table, load_average
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE
 
 DEFAULT_ROWS = (100_000,)
@@ -122,11 +122,12 @@ def time_run(dsn: str, table: str, hierarchies: dict, schema: str, keep: list) -
                                        "{}.sabre_verify(%s::regclass, %s, %s, %s)").format(qs),
                                (output_oid, CENSUS_SENSITIVE, T, K)).fetchone()
         where = {"output": placement(conn, output_oid)}
-        classes_oid = conn.execute("SELECT pg_catalog.to_regclass(%s)",
-                                   (conn.execute("SELECT %s::regclass::text", (output_oid,)).fetchone()[0]
-                                    + "_classes",)).fetchone()[0]
+        classes_oid = conn.execute(                         # <output>_classes, beside the output
+            "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_class o "
+            "ON o.relnamespace = c.relnamespace AND c.relname = o.relname || '_classes' WHERE o.oid = %s",
+            (output_oid,)).fetchone()
         if classes_oid is not None:
-            where["_classes"] = placement(conn, classes_oid)
+            where["_classes"] = placement(conn, classes_oid[0])
     received = None if io_before is None or io_after is None else {
         key: io_after[key] - io_before[key] for key in io_before}
     return {"table": table, "output": output, "rows": row[2], "classes": row[3], "min_class_size": row[4],
