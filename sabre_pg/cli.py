@@ -180,18 +180,23 @@ def key_values(items: list[str], flag: str, as_json: bool) -> dict:
     return out
 
 
+def _display(progress: str):
+    """The progress callback ``--progress`` asks for (None for ``none``)."""
+    from sabre_pg.progress import ProgressDisplay
+
+    return None if progress == "none" else ProgressDisplay(bar={"auto": None, "bar": True, "lines": False}[progress])
+
+
 def anonymize(args: argparse.Namespace) -> int:
     """``sabre-pg anonymize``: one run with progress, its summary, then sabre_verify's."""
     from sabre_pg import api
     from sabre_pg.connect import connect
-    from sabre_pg.progress import ProgressDisplay
 
     options = key_values(args.option, "--option", as_json=True)
     hierarchies = key_values(args.hierarchy, "--hierarchy", as_json=False)
     if args.parts is not None and args.parallel > 1:
         return _anonymize_partitioned(args, options, hierarchies)
-    display = None if args.progress == "none" else ProgressDisplay(
-        bar={"auto": None, "bar": True, "lines": False}[args.progress])
+    display = _display(args.progress)
     if args.parts is not None:
         options["partitions"] = args.parts
     with connect(args, autocommit=True) as conn:
@@ -209,10 +214,8 @@ def advance(args: argparse.Namespace) -> int:
     """``sabre-pg advance``: a stream's advances with progress (as ``anonymize``), one line each."""
     from sabre_pg import api
     from sabre_pg.connect import connect
-    from sabre_pg.progress import ProgressDisplay
 
-    display = None if args.progress == "none" else ProgressDisplay(
-        bar={"auto": None, "bar": True, "lines": False}[args.progress])
+    display = _display(args.progress)
     with connect(args, autocommit=True) as conn:
         try:
             done = api.stream_advance(conn, args.stream, args.max, schema=args.sabre_schema, progress=display)
