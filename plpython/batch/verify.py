@@ -6,12 +6,14 @@ ordered EMD, a categorical SA the hierarchical EMD under ``hierarchy`` (equal di
 NULL).  Sizes and EMDs are exact (:mod:`.closeness`, :mod:`sabre_pg.core.exact_emd`): a class
 violates when its EMD exceeds t as a rational number, or it has fewer than k rows.  Nothing
 is read from the run catalog.  ``run_multi`` checks several sensitive columns, each against
-its own t (docs/multiple-sa.md).
+its own t (docs/multiple-sa.md).  On a Citus distributed output the counts are one grouped
+query that Citus runs on the shards (docs/scale-out.md): only counts reach the coordinator.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..shared import citus
 from ..shared import closeness
 from ..shared import common as C
 from ..shared import errors as E
@@ -71,6 +73,8 @@ def _relation(plpy, output):
     rel = C.resolve_relation(plpy, output)
     cols = C.columns(plpy, rel["oid"])
     rel["read"] = C.read_sql(rel, cols, [closeness.EC])
+    # a Citus distributed output: counts grouped on the workers, no row through the coordinator
+    rel["distributed"] = citus.distribution_column(plpy, rel["oid"]) is not None
     if closeness.EC not in cols:
         C.fail(plpy, C.UNDEFINED_COLUMN, '%s has no column "ec_id"' % rel["qname"],
                "sabre_verify checks relations with one row per record and its class in ec_id.")
@@ -95,7 +99,7 @@ def _measure(plpy, rel, cols, sensitive, hierarchy):
     h = None
     if hierarchy is not None:
         h = C.load_hierarchy(plpy, hierarchy, 'for column "%s"' % sensitive)
-    return closeness.measure(plpy, rel["read"], sensitive, cols[sensitive], h, rel["qname"])
+    return closeness.measure(plpy, rel["read"], sensitive, cols[sensitive], h, rel["qname"], rel["distributed"])
 
 
 def _diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy):

@@ -55,8 +55,12 @@ def _as_leaf_text(plpy, sa_name: str) -> str:
 
 
 def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
-            hierarchy: Hierarchy | None = None, name: str | None = None) -> X.ClassEMDs:
+            hierarchy: Hierarchy | None = None, name: str | None = None, grouped: bool = False) -> X.ClassEMDs:
     """Size and exact EMD (against the whole relation) of every ``ec_id`` class.
+
+    ``grouped``: always the grouped query (``GROUP BY ec_id, sa`` with ``count(*)``), never the
+    one-row-per-tuple read: on a Citus distributed relation Citus pushes that ``GROUP BY`` down
+    to the shards, so only per-shard counts reach the coordinator, never the rows.
 
     ``relation_qname`` is a quoted, qualified name or a ``FROM`` item reading a relation in
     safe types (``common.read_sql``; ``name`` is then the relation's, for messages); ``sa_col`` the SA's entry of
@@ -70,7 +74,7 @@ def measure(plpy, relation_qname: str, sa_name: str, sa_col: dict,
                % (sa_name, sa_col.get("declared", sa_col["type"])),
                "Numeric and date/time types are numerical (ordered distance); text, bool and enum "
                "are categorical (equal distance); any type can use a hierarchy of its text values.")
-    fast = _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind)
+    fast = None if grouped else _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind)
     if fast is not None:
         return fast
     sa = _as_leaf_text(plpy, sa_name) if kind == "hierarchical" else "o.%s" % C.qi(plpy, sa_name)

@@ -1,0 +1,104 @@
+"""sabre_verify and sabre_estimate on Citus distributed tables (tests/citus/conftest.py's
+cluster; docs/scale-out.md, "Citus: verify, estimate and the other entry points").
+
+* verify: on a distributed output the per-class, per-SA-value counts are a ``GROUP BY`` run on
+  the shards (Citus's log of the commands it sends the workers shows it), and every result
+  equals the single-node verify of a local copy of the same rows -- also on a broken output;
+* estimate: on the coordinator a distributed table has no pg_stats of its own; the estimate
+  combines the workers' shard statistics and comes close to the single-node estimate.
+"""
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from sabre_pg import cli
+
+ROWS = 3000
+QIS = "ARRAY['age', 'sex', 'education']"
+
+
+@pytest.fixture(scope="module")
+def cluster_census(citus_cluster):
+    """sabre installed on every node; public.vcensus (sabre-pg gen) distributed by id and a
+    local copy public.vcensus_local of the same rows; a distributed output of it."""
+    dsn = citus_cluster.dsn
+    assert cli.main(["install", "--dsn", dsn]) == 0
+    assert cli.main(["gen", "--dsn", dsn, "--rows", str(ROWS), "--replace", "--table", "vcensus"]) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.vcensus_local AS TABLE public.vcensus")
+        conn.execute("SELECT pg_catalog.create_distributed_table('public.vcensus', 'id')")
+        conn.execute("SELECT * FROM sabre.sabre_anonymize('public.vcensus'::regclass, " + QIS + ", 'salary', 0.3, 5, "
+                     "output => 'public.vout', options => '{\"keep\": [\"id\", \"marital\"]}')").fetchone()
+        conn.execute("CREATE TABLE public.vout_local AS TABLE public.vout")   # a plain table on the coordinator
+        yield conn
+        for t in ("vcensus", "vcensus_local", "vout", "vout_classes", "vout_keys", "vout_local", "vbroken",
+                  "vbroken_local"):
+            conn.execute(f"DROP TABLE IF EXISTS public.{t} CASCADE")
+
+
+def _citus_table(conn, relation: str):
+    return conn.execute("SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey) "
+                        "FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass", (relation,)).fetchone()
+
+
+def _remote_commands(conn, query: str, params=()) -> tuple:
+    """(the rows of ``query``, the SELECTs Citus sent the workers while it ran)."""
+    sent = []
+    handler = lambda d: sent.append(d.message_primary or "")  # noqa: E731
+    conn.add_notice_handler(handler)
+    try:
+        conn.execute("SET citus.log_remote_commands = on")
+        rows = conn.execute(query, params).fetchall()
+    finally:
+        conn.execute("RESET citus.log_remote_commands")
+        conn.remove_notice_handler(handler)
+    return rows, [s.removeprefix("issuing ") for s in sent if s.startswith("issuing SELECT")]
+
+
+VERIFY_CALLS = [
+    "sabre.sabre_verify({rel}::regclass, 'salary', 0.3::float8, 5)",                            # integer SA
+    "sabre.sabre_verify({rel}::regclass, 'salary', 0.2::float8, 8)",
+    "sabre.sabre_verify({rel}::regclass, 'marital', 0.3::float8, 5, 'vcensus_marital')",          # hierarchical
+    "sabre.sabre_verify({rel}::regclass, 'marital', 0.3::float8, 5)",                           # categorical
+    "sabre.sabre_verify({rel}::regclass, 'salary', NULL::float8, 5, l => 3)",                    # k and l alone
+    "sabre.sabre_verify({rel}::regclass, 'salary', 0.3::float8, 5, l => 2)",
+    "sabre.sabre_verify({rel}::regclass, ARRAY['salary', 'marital'], ARRAY[0.3, 0.4]::float8[], 5, "
+    "ARRAY[NULL, 'vcensus_marital'])",                                                            # several SAs
+]
+
+
+@pytest.mark.parametrize("call", VERIFY_CALLS)
+def test_verify_on_a_distributed_output_equals_the_single_node_verify(cluster_census, call):
+    conn = cluster_census
+    assert _citus_table(conn, "public.vout") == ("h", "id") and _citus_table(conn, "public.vout_local") is None
+    distributed, sent = _remote_commands(conn, "SELECT * FROM " + call.format(rel="'public.vout'"))
+    local = conn.execute("SELECT * FROM " + call.format(rel="'public.vout_local'")).fetchall()
+    assert distributed == local
+    # the shards were read by grouped queries only: counts per class (and value), never the rows
+    on_shards = [s for s in sent if "public.vout_" in s]
+    assert on_shards, sent
+    assert all("GROUP BY" in s for s in on_shards), [s for s in on_shards if "GROUP BY" not in s][:2]
+
+
+def test_a_broken_distributed_output_has_its_violations_found(cluster_census):
+    """An output built by hand, distributed by id: a class of one salary only (far from the whole
+    table's distribution), a class of 2 rows, and correct classes around them."""
+    conn = cluster_census
+    conn.execute("DROP TABLE IF EXISTS public.vbroken, public.vbroken_local")
+    conn.execute("CREATE TABLE public.vbroken (id bigint, ec_id bigint, salary int, marital text)")
+    conn.execute("SELECT pg_catalog.create_distributed_table('public.vbroken', 'id')")
+    conn.execute("INSERT INTO public.vbroken SELECT id, ec_id, salary, marital FROM public.vout")
+    worst = conn.execute("SELECT min(salary) FROM public.vbroken").fetchone()[0]
+    conn.execute("UPDATE public.vbroken SET salary = %s WHERE ec_id = (SELECT min(ec_id) FROM public.vbroken)", (worst,))
+    conn.execute("UPDATE public.vbroken SET ec_id = -1 WHERE id IN (SELECT id FROM public.vbroken ORDER BY id LIMIT 2)")
+    conn.execute("CREATE TABLE public.vbroken_local AS TABLE public.vbroken")
+    for call in ("sabre.sabre_verify({rel}::regclass, 'salary', 0.3::float8, 5)",
+                 "sabre.sabre_verify({rel}::regclass, ARRAY['salary', 'marital'], ARRAY[0.3, 0.5]::float8[], 5)"):
+        distributed, sent = _remote_commands(conn, "SELECT * FROM " + call.format(rel="'public.vbroken'"))
+        local = conn.execute("SELECT * FROM " + call.format(rel="'public.vbroken_local'")).fetchall()
+        assert distributed == local
+        classes, violations, max_emd, min_size = distributed[0]
+        assert violations >= 2 and min_size == 2
+        assert (max_emd[0] if isinstance(max_emd, list) else max_emd) > 0.3
+        assert all("GROUP BY" in s for s in sent if "public.vbroken_" in s)
