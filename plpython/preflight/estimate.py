@@ -27,10 +27,12 @@ from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import PlanCounter, plan_counts
 
+from ..shared import citus
 from ..shared import common as C
 from ..shared import errors as E
 from ..shared import safe_types
 from ..stages import request, scan
+from . import shard_statistics
 
 OPTION_KEYS = ("hierarchies", "lookahead", "nulls", "analyze", "suggest")
 OPTIONS_EXAMPLE = '{"suggest": true}'
@@ -43,7 +45,7 @@ OTHER_VALUE = "(estimated value %d)"   # names of the unseen values of a flat ca
 NO_STATISTICS_HINT = ("Statistics come from ANALYZE: run ANALYZE %s (%s) or pass options.analyze "
                       "(options => '{\"analyze\": true}').")
 T_HINT = request.T_HINT + " Pass one t or an array, e.g. t => ARRAY[0.15, 0.25, 0.35]."
-ROWS_PER_TARGET = 300              # ANALYZE samples 300 x the statistics target rows
+ROWS_PER_TARGET = shard_statistics.ROWS_PER_TARGET   # ANALYZE samples 300 x the statistics target rows
 MAX_STATISTICS_TARGET = 10000      # PostgreSQL's largest statistics target
 RESAMPLES = 16                     # resampled frequency vectors of a sampled pg_stats row (8 until
                                    # issue #28: the table's plan fell beyond all 8 too often)
@@ -604,6 +606,9 @@ def run_analyze(plpy, src, attrs):
     so the check comes first: the estimate must not claim fresh statistics)."""
     check_owner(plpy, src, "options.analyze: only the owner of %s can ANALYZE it" % src["qname"],
                 "Ask its owner to run ANALYZE, or call without options.analyze to use the statistics it has.")
+    if citus.distribution_column(plpy, src["oid"]) is not None:
+        shard_statistics.analyze(plpy, src, attrs)     # a Citus distributed table: its shards, on the workers
+        return
     plpy.execute("ANALYZE %s (%s)" % (src["qname"], ", ".join(C.ident(a.name) for a in attrs)))
 
 
@@ -635,10 +640,17 @@ RELATION_SQL = (
 
 def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
     """({attribute: ColumnStatistics}, when the table was last analyzed) from pg_stats (the
-    statistics of the whole inheritance tree when there are) and pg_class.reltuples."""
-    rel = plpy.execute(plpy.prepare(RELATION_SQL, ["oid"]), [src["oid"]])[0]
-    found = {r["name"]: r for r in plpy.execute(plpy.prepare(STATISTICS_SQL, ["name", "name", "text[]", "oid"]), [
-        src["nspname"], src["relname"], [a.name for a in attrs], src["oid"]])}
+    statistics of the whole inheritance tree when there are) and pg_class.reltuples; of a Citus
+    distributed table, its shards' combined (:mod:`.shard_statistics`)."""
+    if citus.distribution_column(plpy, src["oid"]) is not None:   # a Citus distributed table: its shards'
+        rel, found = shard_statistics.read(plpy, src, attrs, decode_values)
+    else:
+        rel = plpy.execute(plpy.prepare(RELATION_SQL, ["oid"]), [src["oid"]])[0]
+        by_name = {a.name: a for a in attrs}
+        found = {r["name"]: dict(r, mcv=decode_values(plpy, by_name[r["name"]], r["mcv"]),
+                                 histogram=decode_values(plpy, by_name[r["name"]], r["histogram"]))
+                 for r in plpy.execute(plpy.prepare(STATISTICS_SQL, ["name", "name", "text[]", "oid"]), [
+                     src["nspname"], src["relname"], [a.name for a in attrs], src["oid"]])}
     missing = [a.name for a in attrs if a.name not in found]
     if rel["reltuples"] == 0 and (missing or analyzed_now):
         raise scan.no_rows(src["qname"], False)
@@ -649,10 +661,9 @@ def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
     stats = {}
     for a in attrs:
         r = found[a.name]
-        mcv = decode_values(plpy, a, r["mcv"])
+        mcv = list(r["mcv"])
         stats[a.name] = ColumnStatistics(rel["reltuples"], r["null_frac"], r["n_distinct"], tuple(mcv),
-                                         tuple(r["freqs"] or ()), tuple(decode_values(plpy, a, r["histogram"])),
-                                         int(r["target"] or 0))
+                                         tuple(r["freqs"] or ()), tuple(r["histogram"]), int(r["target"] or 0))
         seen = np.asarray(mcv + list(stats[a.name].histogram), float) if a.numerical else np.zeros(0)
         if not np.all(np.isfinite(seen)):
             names = sorted({repr(float(v)).replace("nan", "NaN").replace("inf", "Infinity")
