@@ -13,6 +13,8 @@ every install runs with ``citus.enable_ddl_propagation`` off (:data:`LOCAL_DDL_S
 sabre-pg connects to each worker itself: with the coordinator connection's parameters
 (user, password or password file, database, options) and the worker's host and port from
 ``pg_dist_node``. A node added later gets sabre by running ``sabre-pg install`` again.
+``sabre-pg uninstall`` on the coordinator removes it from every worker too, after the
+coordinator (whose purge drops the distributed outputs, their shards with them).
 """
 from __future__ import annotations
 
@@ -94,3 +96,11 @@ def check_workers(conn: psycopg.Connection, schema: str) -> list[dict]:
     from sabre_pg import installer
 
     return _on_workers(conn, lambda w: installer.check(w, schema), "check sabre-pg")
+
+
+def uninstall_workers(conn: psycopg.Connection, schema: str, cascade: bool = False) -> list[dict]:
+    """installer.uninstall on every worker (nothing when ``conn`` is not a Citus coordinator):
+    a worker's sabre schema holds no outputs (runs are recorded on the coordinator), so no purge."""
+    from sabre_pg import installer
+
+    return _on_workers(conn, lambda w: installer.uninstall(w, schema, cascade=cascade), "uninstall sabre-pg")

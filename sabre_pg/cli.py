@@ -301,9 +301,13 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "uninstall":
         with connect(args) as conn:
             res = installer.uninstall(conn, args.sabre_schema, purge=args.purge, cascade=args.cascade)
-        print(f"schema {res['schema']} dropped"
-              + (f"; dropped outputs: {', '.join(res['dropped_outputs'])}" if res["dropped_outputs"] else "")
-              + (f"; dropped dependents: {'; '.join(res['dropped_dependents'])}" if res["dropped_dependents"] else ""))
+            print(f"schema {res['schema']} dropped"
+                  + (f"; dropped outputs: {', '.join(res['dropped_outputs'])}" if res["dropped_outputs"] else "")
+                  + (f"; dropped dependents: {'; '.join(res['dropped_dependents'])}" if res["dropped_dependents"] else ""))
+            for node in citus.uninstall_workers(conn, args.sabre_schema, args.cascade):  # none unless a Citus coordinator
+                print(f"  and on Citus worker {node['node']}"
+                      + (f" (dropped dependents: {'; '.join(node['dropped_dependents'])})"
+                         if node["dropped_dependents"] else ""))
         return 0
     if cmd == "check":
         with connect(args) as conn:
