@@ -31,6 +31,7 @@ from sabre_pg.core import instant as I
 from sabre_pg.core.checkpoint import checked
 from sabre_pg.core.metrics import discernibility
 
+from ..shared import citus
 from ..shared import common as C
 from ..shared import errors as E
 from ..stages import publish, request, scan
@@ -96,6 +97,10 @@ def build(plpy, source, quasi_identifiers, k, l, sensitive, max_suppressed, outp
         raise E.invalid_parameter("%s is %s: PostgreSQL keeps no statistics for it" % (
             src["qname"], "a view" if src["relkind"] == "v" else "not a table"),
             "sabre_instant predicts from the statistics ANALYZE keeps: pass the table itself.")
+    citus.refuse_distributed(plpy, src, "sabre_instant", "its search counts the rows with GROUPING SETS, which "
+                             "Citus does not run on a distributed table",
+                             "Run sabre_anonymize, which runs on distributed tables, or sabre_instant on a local "
+                             "copy of the table (which copies every row to the coordinator).")
     columns = C.columns(plpy, src["oid"])
     named = dict(columns, **{NO_SA: {"category": "S", "type": "text", "typname": "text", "notnull": True}})
     qis, sa = request.attributes(named, quasi_identifiers, NO_SA if sensitive is None else sensitive,

@@ -83,3 +83,11 @@ def distribute_outputs(plpy, req, built: dict) -> None:
                 "is not published" % (req.output.qualified(), req.source["qname"], column),
                 hint='Pass options => \'{"keep": ["%s"]}\' to publish it and colocate the output with the source.'
                 % column.replace('"', '\\"'))
+
+
+def refuse_distributed(plpy, relation: dict, entry: str, why: str, hint: str) -> None:
+    """0A000 when ``relation`` (common.resolve_relation) is a hash-distributed Citus table:
+    ``entry`` does not run on one (docs/scale-out.md says which entry points do)."""
+    if distribution_column(plpy, relation["oid"]) is not None:
+        raise E.feature_not_supported("%s does not run on %s: it is a Citus distributed table (%s)"
+                                      % (entry, relation["qname"], why), hint)

@@ -37,6 +37,7 @@ QUERY_CANCELED = "57014"
 PROGRAM_LIMIT_EXCEEDED = "54000"
 INTERNAL = "XX000"
 CONNECTION_FAILURE = "08006"
+FEATURE_NOT_SUPPORTED = "0A000"
 
 
 class SabreError(Exception):
@@ -70,6 +71,7 @@ not_in_prerequisite_state = _kind(NOT_IN_PREREQUISITE_STATE)
 source_changed = _kind(SERIALIZATION_FAILURE)
 program_limit_exceeded = _kind(PROGRAM_LIMIT_EXCEEDED)
 connection_failure = _kind(CONNECTION_FAILURE)
+feature_not_supported = _kind(FEATURE_NOT_SUPPORTED)
 
 
 def cap(what: str, value: int, limit: int, hint: str):

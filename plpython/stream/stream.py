@@ -46,6 +46,7 @@ from sabre_pg.core.exact_emd import ClassEMDs
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core.stopwatch import Stopwatch
 
+from ..shared import citus
 from ..shared import common as C
 from ..shared import cron
 from ..shared import errors as E
@@ -121,6 +122,16 @@ def registered_sql(where) -> str:
                 C.catalog("streams"), where, OWN_ROLE))
 
 
+def refuse_distributed(plpy, src) -> None:
+    """Streams do not run on a Citus distributed source (docs/scale-out.md)."""
+    citus.refuse_distributed(plpy, src, "a sabre stream", "each advance joins the source with the stream's "
+                             "state, local tables on the coordinator, which Citus does not join with a distributed "
+                             "table, and its output is append-only, not distributed",
+                             "Stream from a local table (for example the arrivals before they are distributed), "
+                             "or anonymize the distributed table with sabre_anonymize and refresh it "
+                             "(sabre_schedule_refresh).")
+
+
 def stream_request(plpy, s) -> request.Request:
     """The stream's arguments checked again by the request stage (the source may have changed)."""
     return request.build(plpy, s["source_oid"], None, list(s["quasi_identifiers"]), s["sensitive"], s["t"],
@@ -146,6 +157,7 @@ def create(plpy, name, source, arrival, quasi_identifiers, sensitive, t, k, wind
     if name is None or not str(name).strip():
         raise E.invalid_parameter("the stream needs a name", "For example name => 'admissions_w'.")
     src = C.resolve_relation(plpy, source)
+    refuse_distributed(plpy, src)
     if output is None:
         output = C.qname(None, src["nspname"], src["relname"] + "_sabre_w")
     req = request.build(plpy, source, None, quasi_identifiers, sensitive, t, k, method, output, options)
@@ -311,6 +323,7 @@ def advance(plpy, name, max_advances=None):
                 'the output relations of stream "%s" are missing or no longer carry its identity' % name,
                 "Drop the stream (sabre_stream_drop) and create it again.")
         req = stream_request(plpy, s)
+        refuse_distributed(plpy, req.source)   # distributed since the stream was created
         if s.get("hierarchies"):         # fail before numbering; read_window checks what it reads
             check_hierarchies(s, req, None, C.hierarchy_fingerprints(plpy, list(json.loads(s["hierarchies"]))))
     out = []
