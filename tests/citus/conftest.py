@@ -127,3 +127,24 @@ def citus_cluster():
             except Exception:  # noqa: BLE001 -- stop the others anyway
                 pass
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _distributed_census(dsn: str, table: str, rows: int, local_copy: str | None = None) -> None:
+    """sabre installed on every node; public.<table> (sabre-pg gen, ``rows`` rows) distributed by
+    id in 4 shards, its local rows on the coordinator removed (the shell holds none, so nothing
+    on the coordinator describes the rows); ``local_copy``: a plain table of the same rows first."""
+    from sabre_pg import cli
+
+    assert cli.main(["install", "--dsn", dsn]) == 0
+    assert cli.main(["gen", "--dsn", dsn, "--rows", str(rows), "--replace", "--table", table]) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if local_copy:
+            conn.execute(f"CREATE TABLE public.{local_copy} AS TABLE public.{table}")
+        conn.execute(f"SELECT pg_catalog.create_distributed_table('public.{table}', 'id', shard_count => 4)")
+        conn.execute(f"SELECT pg_catalog.truncate_local_data_after_distributing_table('public.{table}')")
+
+
+@pytest.fixture(scope="session")
+def distributed_census(citus_cluster):
+    """``distributed_census(table, rows, local_copy=None)``: see :func:`_distributed_census`."""
+    return lambda table, rows, local_copy=None: _distributed_census(citus_cluster.dsn, table, rows, local_copy)

@@ -7,20 +7,14 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from sabre_pg import cli
-
 ROWS = 1500
 QIS = "ARRAY['age', 'sex', 'education']"
 
 
 @pytest.fixture(scope="module")
-def dist(citus_cluster):
-    dsn = citus_cluster.dsn
-    assert cli.main(["install", "--dsn", dsn]) == 0
-    assert cli.main(["gen", "--dsn", dsn, "--rows", str(ROWS), "--replace", "--table", "ecensus"]) == 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_catalog.create_distributed_table('public.ecensus', 'id', shard_count => 4)")
-        conn.execute("SELECT pg_catalog.truncate_local_data_after_distributing_table('public.ecensus')")
+def dist(citus_cluster, distributed_census):
+    distributed_census("ecensus", ROWS)
+    with psycopg.connect(citus_cluster.dsn, autocommit=True) as conn:
         yield conn
         conn.execute("DROP TABLE IF EXISTS public.ecensus, public.ecensus_multi, public.ecensus_multi_classes, "
                      "public.ecensus_multi_keys, public.elocal CASCADE")

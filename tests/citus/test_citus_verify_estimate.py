@@ -12,24 +12,17 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from sabre_pg import cli
-
 ROWS = 3000
 QIS = "ARRAY['age', 'sex', 'education']"
 
 
 @pytest.fixture(scope="module")
-def cluster_census(citus_cluster):
+def cluster_census(citus_cluster, distributed_census):
     """sabre installed on every node; public.vcensus (sabre-pg gen) distributed by id in 4 shards
     (750 rows each: the shards' statistics have histograms, as a large table's do) and a
     local copy public.vcensus_local of the same rows; a distributed output of it."""
-    dsn = citus_cluster.dsn
-    assert cli.main(["install", "--dsn", dsn]) == 0
-    assert cli.main(["gen", "--dsn", dsn, "--rows", str(ROWS), "--replace", "--table", "vcensus"]) == 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE public.vcensus_local AS TABLE public.vcensus")
-        conn.execute("SELECT pg_catalog.create_distributed_table('public.vcensus', 'id', shard_count => 4)")
-        conn.execute("SELECT pg_catalog.truncate_local_data_after_distributing_table('public.vcensus')")
+    distributed_census("vcensus", ROWS, local_copy="vcensus_local")
+    with psycopg.connect(citus_cluster.dsn, autocommit=True) as conn:
         conn.execute("SELECT * FROM sabre.sabre_anonymize('public.vcensus'::regclass, " + QIS + ", 'salary', 0.3, 5, "
                      "output => 'public.vout', options => '{\"keep\": [\"id\", \"marital\"]}')").fetchone()
         conn.execute("CREATE TABLE public.vout_local AS TABLE public.vout")   # a plain table on the coordinator
