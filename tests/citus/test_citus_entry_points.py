@@ -39,6 +39,9 @@ def test_the_several_sa_form_runs_on_a_distributed_table(dist):
                         "ARRAY['salary', 'marital'], ARRAY[0.3, 0.4]::float8[], 5, ARRAY[NULL, 'ecensus_marital'])"
                         ).fetchone() == (classes, 0)
     assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.ecensus_multi").fetchone() == (ROWS, ROWS)
+    # sabre_refresh runs the recorded call again: distributed outputs again
+    assert conn.execute("SELECT rows FROM sabre.sabre_refresh('public.ecensus_multi')").fetchone()[0] == ROWS
+    assert _partmethod(conn, "public.ecensus_multi") == "h"
 
 
 def _refusal(conn, query):
