@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -148,3 +149,23 @@ def _distributed_census(dsn: str, table: str, rows: int, local_copy: str | None 
 def distributed_census(citus_cluster):
     """``distributed_census(table, rows, local_copy=None)``: see :func:`_distributed_census`."""
     return lambda table, rows, local_copy=None: _distributed_census(citus_cluster.dsn, table, rows, local_copy)
+
+
+@contextmanager
+def _analyst_role(conn, name: str):
+    """A LOGIN role ``name`` with USAGE on schema sabre (Citus propagates both to the workers);
+    what it owns and the role itself are dropped at the end."""
+    conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+    conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA sabre TO {}").format(sql.Identifier(name)))
+        yield name
+    finally:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def analyst_role():
+    """``with analyst_role(conn, name):`` see :func:`_analyst_role`."""
+    return _analyst_role

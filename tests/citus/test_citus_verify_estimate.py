@@ -135,7 +135,7 @@ def test_estimate_needs_the_shards_statistics(cluster_census):
     conn = cluster_census
     conn.execute("DROP TABLE IF EXISTS public.vfresh")
     conn.execute("CREATE TABLE public.vfresh (id bigint, age int, salary int)")
-    conn.execute("SELECT pg_catalog.create_distributed_table('public.vfresh', 'id')")
+    conn.execute("SELECT pg_catalog.create_distributed_table('public.vfresh', 'id', shard_count => 4)")
     conn.execute("INSERT INTO public.vfresh SELECT g, g % 70, g % 13 FROM pg_catalog.generate_series(1, 2000) g")
     try:
         call = ("SELECT classes FROM sabre.sabre_estimate('public.vfresh'::regclass, ARRAY['age'], 'salary', 0.3, 5, "
@@ -146,3 +146,26 @@ def test_estimate_needs_the_shards_statistics(cluster_census):
         assert conn.execute(call, ('{"analyze": true}',)).fetchone()[0] > 1
     finally:
         conn.execute("DROP TABLE public.vfresh")
+
+
+def test_an_analyst_estimates_and_verifies_with_her_column_privileges(cluster_census, citus_cluster, analyst_role):
+    """A role with USAGE on sabre and SELECT on the table estimates from the shards' statistics
+    and verifies the distributed output; without SELECT on the SA column she gets 42501 before
+    any statistics are read (docs/security.md)."""
+    dba = cluster_census
+    with analyst_role(dba, "sec_est"):
+        dba.execute("GRANT SELECT ON public.vcensus, public.vout TO sec_est")
+        dba.execute("ANALYZE public.vcensus")
+        call = ("SELECT classes FROM sabre.sabre_estimate('public.vcensus'::regclass, ARRAY['age', 'sex', 'education'], "
+                "'salary', 0.2, 5, method => 'ak')")
+        expected = dba.execute(call).fetchone()
+        verify = "SELECT * FROM sabre.sabre_verify('public.vout'::regclass, 'salary', 0.3::float8, 5)"
+        with psycopg.connect(citus_cluster.dsn, user="sec_est", autocommit=True) as analyst:
+            assert analyst.execute(call).fetchone() == expected
+            assert analyst.execute(verify).fetchone() == dba.execute(verify).fetchone()
+        dba.execute("REVOKE SELECT ON public.vcensus FROM sec_est")
+        dba.execute("GRANT SELECT (age, sex, education) ON public.vcensus TO sec_est")
+        with psycopg.connect(citus_cluster.dsn, user="sec_est", autocommit=True) as analyst:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as ei:
+                analyst.execute(call)
+            assert '"salary"' in ei.value.diag.message_primary
