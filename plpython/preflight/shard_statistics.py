@@ -2,9 +2,11 @@
 
 On the coordinator a hash-distributed table is an empty shell: its ``pg_stats`` and
 ``reltuples`` describe no row (or the rows it held before it was distributed).  ``ANALYZE`` on
-it is run by Citus on every shard, on the workers.  So the statistics are read there, one shard
-at a time, by ``run_command_on_shards`` (its reltuples, its last ANALYZE, and the pg_stats rows
-of the columns asked, as one JSON text per shard; no row of the table is read) and combined
+it is run by Citus on every shard, on the workers.  So the statistics are read there, by
+``run_command_on_workers``, each worker listing its shards from the Citus metadata it holds (or,
+when the workers do not list every shard, one shard at a time by ``run_command_on_shards``):
+per shard its reltuples, its last ANALYZE and the pg_stats rows of the columns asked, as JSON
+text; no row of the table is read.  They are combined
 into one pg_stats-like row per column, rows weighted by each shard's ``reltuples``:
 
 * ``reltuples``: the sum; ``null_frac``: the rows-weighted mean;
@@ -37,8 +39,8 @@ from ..shared import errors as E
 
 ROWS_PER_TARGET = 300
 
-_SHARD_SQL = (
-    "SELECT pg_catalog.json_build_object('reltuples', c.reltuples, 'analyzed', "
+_SHARD_JSON = (
+    "pg_catalog.json_build_object('shardid', {shardid}, 'reltuples', c.reltuples, 'analyzed', "
     "GREATEST(pg_catalog.pg_stat_get_last_analyze_time(c.oid), pg_catalog.pg_stat_get_last_autoanalyze_time(c.oid))::pg_catalog.text, "
     "'stats', (SELECT pg_catalog.json_agg(pg_catalog.json_build_object('name', s.attname, 'null_frac', s.null_frac, "
     "'n_distinct', s.n_distinct, 'mcv', s.most_common_vals::pg_catalog.text, 'freqs', s.most_common_freqs, "
@@ -48,9 +50,20 @@ _SHARD_SQL = (
     "OPERATOR(pg_catalog.=) c.oid AND a.attname OPERATOR(pg_catalog.=) s.attname))) "
     "FROM pg_catalog.pg_stats AS s WHERE s.schemaname OPERATOR(pg_catalog.=) n.nspname "
     "AND s.tablename OPERATOR(pg_catalog.=) c.relname AND s.attname OPERATOR(pg_catalog.=) ANY (ARRAY[{names}]"
-    "::pg_catalog.name[])))::pg_catalog.text "
-    "FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-    "WHERE c.oid OPERATOR(pg_catalog.=) '%s'::pg_catalog.regclass")
+    "::pg_catalog.name[])))")
+_NAMESPACE_JOIN = "JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+# one shard, by run_command_on_shards (%s: the shard's name)
+_SHARD_SQL = ("SELECT " + _SHARD_JSON + "::pg_catalog.text FROM pg_catalog.pg_class AS c " + _NAMESPACE_JOIN
+              + "WHERE c.oid OPERATOR(pg_catalog.=) '%s'::pg_catalog.regclass")
+# every shard placed on a worker, by run_command_on_workers (one connection per worker, not per
+# shard: about 0.1 s instead of 1.1 s for 32 shards); needs the Citus metadata on the workers
+_WORKER_SQL = (
+    "SELECT pg_catalog.json_agg(" + _SHARD_JSON + ")::pg_catalog.text FROM pg_catalog.pg_dist_shard AS ds "
+    "JOIN pg_catalog.pg_dist_placement AS p ON p.shardid OPERATOR(pg_catalog.=) ds.shardid "
+    "JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) "
+    "pg_catalog.to_regclass(pg_catalog.shard_name(ds.logicalrelid, ds.shardid)) " + _NAMESPACE_JOIN
+    + "WHERE ds.logicalrelid OPERATOR(pg_catalog.=) {table}::pg_catalog.regclass "
+    "AND p.groupid OPERATOR(pg_catalog.=) (SELECT l.groupid FROM pg_catalog.pg_dist_local_group AS l)")
 
 
 def _on_shards(plpy, src, command: str, what: str) -> list:
@@ -79,9 +92,11 @@ def read(plpy, src, attrs, decode) -> tuple:
     """(relation row {reltuples, analyzed}, {attribute name: combined row} for the attributes
     that have statistics on every shard with rows), as read_statistics reads them from
     pg_stats, values already decoded by ``decode(plpy, attr, text)``."""
-    names = ", ".join(plpy.quote_literal(a.name).replace("%", "%%") for a in attrs)
-    shards = [json.loads(r) for r in _on_shards(plpy, src, _SHARD_SQL.format(names=names), "read the statistics of")
-              if r]
+    shards = _by_workers(plpy, src, attrs)
+    if shards is None:
+        names = ", ".join(plpy.quote_literal(a.name).replace("%", "%%") for a in attrs)
+        shards = [json.loads(r) for r in _on_shards(plpy, src, _SHARD_SQL.format(
+            shardid="NULL", names=names), "read the statistics of") if r]
     rows = np.array([max(float(s["reltuples"]), 0.0) for s in shards])
     unknown = any(float(s["reltuples"]) < 0 for s in shards)
     analyzed = max((s["analyzed"] for s in shards if s["analyzed"]), default=None)
@@ -99,6 +114,32 @@ def read(plpy, src, attrs, decode) -> tuple:
             if per_shard:
                 combined[a.name] = _combine(plpy, a, per_shard, decode)
     return rel, combined
+
+
+def _by_workers(plpy, src, attrs) -> list | None:
+    """Every shard's statistics, read on each worker for all its shards at once; None when the
+    workers do not list every shard of the table (no metadata there): then shard by shard."""
+    names = ", ".join(plpy.quote_literal(a.name) for a in attrs)
+    results = plpy.execute(plpy.prepare(
+        "SELECT r.nodename, r.nodeport, r.success, r.result FROM pg_catalog.run_command_on_workers($1) AS r "
+        "ORDER BY r.nodename, r.nodeport", ["text"]), [_WORKER_SQL.format(
+            shardid="ds.shardid", names=names, table=plpy.quote_literal(src["qname"]))])
+    failed = [r for r in results if not r["success"]]
+    if failed:
+        raise E.connection_failure(
+            "could not read the statistics of %s on worker %s:%s: %s" % (
+                src["qname"], failed[0]["nodename"], failed[0]["nodeport"], failed[0]["result"]),
+            "sabre_estimate reads the statistics of a distributed table on the workers: every worker must be up.")
+    shards = {}
+    for r in results:
+        for shard in json.loads(r["result"]) if r["result"] else ():
+            shards.setdefault(shard["shardid"], shard)      # one placement per shard
+    expected = {int(r["shardid"]) for r in plpy.execute(plpy.prepare(
+        "SELECT s.shardid FROM pg_catalog.pg_dist_shard AS s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1",
+        ["oid"]), [src["oid"]])}
+    if set(shards) != expected:
+        return None
+    return [shards[k] for k in sorted(shards)]
 
 
 def _combine(plpy, attr, per_shard, decode) -> dict:
