@@ -495,7 +495,8 @@ def estimate(plpy, source, quasi_identifiers, sensitive, t, k, options, method="
     rows = estimated_rows(stats, sa, qis if opts.nulls == "drop" else [])
     if rows < 1:
         raise scan.no_rows(src["qname"], opts.nulls == "drop")
-    described = describe(stats[sa.name], src, sa, rows, analyzed, analyze)
+    described = describe(stats[sa.name], src, sa, rows, analyzed, analyze,
+                         citus.distribution_column(plpy, src["oid"]) is not None)
     if suggest:
         ts = sorted(set(ts)) if len(ts) >= 3 else list(SUGGEST_GRID)
     if method not in PLANNED:
@@ -709,8 +710,9 @@ def sa_counts(stats: ColumnStatistics, rows: int, sa, hierarchy) -> tuple:
     return categorical_counts(stats, rows, hierarchy, sa)
 
 
-def describe(stats: ColumnStatistics, src, sa, rows: int, analyzed, analyzed_now: bool) -> str:
-    """source_of_stats: where the estimate comes from, and which part of it is exact."""
+def describe(stats: ColumnStatistics, src, sa, rows: int, analyzed, analyzed_now: bool, shards: bool = False) -> str:
+    """source_of_stats: where the estimate comes from, and which part of it is exact
+    (``shards``: combined from a Citus distributed table's shards)."""
     covered = 100.0 * float(sum(stats.mcv_freqs))
     if stats.others():
         shape = "histogram of %d buckets, %d other values" % (max(len(stats.histogram) - 1, 0), stats.others())
@@ -719,8 +721,9 @@ def describe(stats: ColumnStatistics, src, sa, rows: int, analyzed, analyzed_now
     sample = "sample of %d rows (statistics target %d): %s" % (
         stats.sample_rows(), stats.target, "frequencies sampled, spread over %d resamples" % RESAMPLES
         if stats.sampled() else "the whole table")
-    return "%spg_stats of %s.%s (analyzed %s): %d most common values (%.1f%% of rows), %s; n_distinct %g, " \
+    return "%s%spg_stats of %s.%s (analyzed %s): %d most common values (%.1f%% of rows), %s; n_distinct %g, " \
            "null_frac %g, reltuples %.0f; %s; %d rows estimated" % (
-               "ANALYZE run by this call; " if analyzed_now else "", src["qname"], C.ident(sa.name),
+               "ANALYZE run by this call; " if analyzed_now else "",
+               "the Citus shards' combined " if shards else "", src["qname"], C.ident(sa.name),
                analyzed or "at an unknown time", len(stats.mcv_values), covered, shape, stats.n_distinct,
                stats.null_frac, stats.reltuples, sample, rows)
