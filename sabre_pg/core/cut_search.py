@@ -153,10 +153,15 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
 
     def sorted_by(j):           # the partitions searched on QI j, and their candidate cuts
-        sel = searched[owners[j], j]
-        if not sel.any():
-            return None
-        rows, own = (orders[j], owners[j]) if sel.all() else (orders[j][sel], owners[j][sel])
+        if K is not None:
+            rows, own = K.keep_rows(orders[j], owners[j], np.ascontiguousarray(searched[:, j]))
+            if not len(rows):
+                return None
+        else:
+            sel = searched[owners[j], j]
+            if not sel.any():
+                return None
+            rows, own = (orders[j], owners[j]) if sel.all() else (orders[j][sel], owners[j][sel])
         s = _SortedPartitions(p, rows, own, j, np.where(searched[:, j], sizes, 0),
                               setting[1], setting[3], stratified)
         return s, s.candidates(p)
