@@ -28,7 +28,9 @@ import numpy as np
 
 __all__ = ["for_rows", "status", "configure", "cache_dir", "MIN_ROWS"]
 
-MIN_ROWS = 200_000      # tables of at least this many rows are searched with the compiled loops
+MIN_ROWS = 500_000      # tables of at least this many rows are searched with the compiled loops
+                        # (fresh process, warm cache: 100k loses 0.2-0.5 s CPU, 300k breaks even,
+                        # 1M saves 2.1-2.4 s of 10; docs/evaluation.md)
 ENV_DISABLE = "SABRE_NUMBA"          # "0": never compile (the numpy code runs)
 ENV_CACHE = "SABRE_NUMBA_CACHE"      # the cache directory
 
