@@ -286,7 +286,12 @@ def _compile():
         _state["cache_dir"], _state["cached"] = directory, cache
         ns = _Kernels()
         for name in KERNELS:
-            setattr(ns, name, numba.njit(cache=cache, nogil=True)(globals()[name]))
+            kernel = numba.njit(cache=cache, nogil=True)(globals()[name])
+            # only our locator's directory: if it refused (numba then tries its own, e.g. a
+            # __pycache__ beside the file or $NUMBA_CACHE_DIR), no cache at all
+            if cache and os.path.dirname(kernel._cache.cache_path) != directory:
+                kernel._cache = caching.NullCache()
+            setattr(ns, name, kernel)
         _compiled = ns
         return ns
 
