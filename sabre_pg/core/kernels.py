@@ -103,6 +103,37 @@ def segment_minmax(block, rows, idx, bounds):
     return both[0], both[1]
 
 
+def cut_ranges(lo, hi, group, at):
+    """(4 x d x cuts): the smallest and largest code of every QI left of each cut (segments of
+    its partition before ``at``) and right of it (from ``at`` on); segments ``lo``/``hi``
+    (d x segments) of partitions ``group`` (non-decreasing): the running minima and maxima of
+    :meth:`.cut_search._SortedPartitions._scores`, restarted at every partition."""
+    d, nb = lo.shape
+    nc = len(at)
+    out = np.empty((4, d, nc), np.int64)
+    run = np.empty((2, nb), np.int64)
+    for i in range(d):
+        for s in range(nb):                     # prefix: left parts
+            if s == 0 or group[s] != group[s - 1]:
+                run[0, s], run[1, s] = lo[i, s], hi[i, s]
+            else:
+                run[0, s] = min(run[0, s - 1], lo[i, s])
+                run[1, s] = max(run[1, s - 1], hi[i, s])
+        for c in range(nc):
+            out[0, i, c] = run[0, at[c] - 1]
+            out[1, i, c] = run[1, at[c] - 1]
+        for s in range(nb - 1, -1, -1):         # suffix: right parts
+            if s == nb - 1 or group[s] != group[s + 1]:
+                run[0, s], run[1, s] = lo[i, s], hi[i, s]
+            else:
+                run[0, s] = min(run[0, s + 1], lo[i, s])
+                run[1, s] = max(run[1, s + 1], hi[i, s])
+        for c in range(nc):
+            out[2, i, c] = run[0, at[c]]
+            out[3, i, c] = run[1, at[c]]
+    return out
+
+
 def part_counts(starts, sizes, pos, strat, strat_left, rows, codes, m):
     """(group, code, count), sorted by (group, code), of the two parts (group 2c: left, 2c + 1:
     right) of every candidate c cutting the segment ``starts[c] .. + sizes[c]`` at ``pos[c]``
@@ -163,7 +194,8 @@ def relabel(part, right, has, new_id, n_parts):
     return out, n_right
 
 
-KERNELS = ("split_order", "keep_rows", "segment_minmax", "part_counts", "mark_right", "relabel")
+KERNELS = ("split_order", "keep_rows", "segment_minmax", "cut_ranges", "part_counts", "mark_right",
+           "relabel")
 
 
 # --- compilation, cache, status ----------------------------------------------------------------
