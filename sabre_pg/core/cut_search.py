@@ -206,12 +206,20 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
         n_right = np.bincount(part, weights=right, minlength=n_parts).astype(np.int64)
         part = new_id[part] + (has[part] & (right > 0))
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()    # (partition, side) -> new id
+    keep = None
+    if K is not None:       # the next round keeps the rows of live partitions only: drop the others now
+        sizes = np.zeros(len(used), dtype=np.int64)
+        uncut = ~has & (counts > 0)
+        sizes[new_id[uncut]] = counts[uncut]
+        sizes[new_id[has]] = (counts - n_right)[has]
+        sizes[new_id[has] + 1] = n_right[has]
+        keep = (sizes >= 2 * p.k) & ~final
     orders, owners = _split_segments(orders, owners, right, counts, n_right, new_owner,
-                                     [every[:, j] for j in range(len(orders))], pmap, K)
+                                     [every[:, j] for j in range(len(orders))], pmap, K, keep)
     return part, len(used), final, wide, orders, owners
 
 
-def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, pmap=map, K=None):
+def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, pmap=map, K=None, keep=None):
     """Every order (rows grouped by partition: ``owners``, each partition of ``present[j]``
     with all of its ``sizes`` rows, in partition order) with each partition's rows split
     stably, those with ``right[row] == 0`` first (``n_right`` of them are not): value order
@@ -220,14 +228,15 @@ def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, p
     the output is, per partition, its run of the left block then its run of the right one,
     gathered by one ``take`` whose index is the output position plus a shift per run.
     Returns the orders and the new partition of their rows, ``new_owner[2 * owner + side]``.
-    ``K``: the compiled kernels (one pass per order), or None."""
+    ``K``: the compiled kernels (one pass per order, leaving out the rows of new partitions
+    not ``keep``), or None."""
     n_left = sizes - n_right
 
     def split(o, owner, here):
         if not len(o):
             return o, owner
         if K is not None:
-            return K.split_order(o, owner, right, sizes, n_left, new_owner)
+            return K.split_order(o, owner, right, sizes, n_left, new_owner, keep)
         r = right[o].view(bool)
         q = np.flatnonzero(here)
         nl, nr = n_left[q], n_right[q]
