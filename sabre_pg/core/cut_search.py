@@ -208,12 +208,12 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()    # (partition, side) -> new id
     keep = None
     if K is not None:       # the next round keeps the rows of live partitions only: drop the others now
-        sizes = np.zeros(len(used), dtype=np.int64)
+        new_sizes = np.zeros(len(used), dtype=np.int64)
         uncut = ~has & (counts > 0)
-        sizes[new_id[uncut]] = counts[uncut]
-        sizes[new_id[has]] = (counts - n_right)[has]
-        sizes[new_id[has] + 1] = n_right[has]
-        keep = (sizes >= 2 * p.k) & ~final
+        new_sizes[new_id[uncut]] = counts[uncut]
+        new_sizes[new_id[has]] = (counts - n_right)[has]
+        new_sizes[new_id[has] + 1] = n_right[has]
+        keep = (new_sizes >= 2 * p.k) & ~final
     orders, owners = _split_segments(orders, owners, right, counts, n_right, new_owner,
                                      [every[:, j] for j in range(len(orders))], pmap, K, keep)
     return part, len(used), final, wide, orders, owners
