@@ -13,7 +13,7 @@ from sabre_pg.core import limits
 from sabre_pg.core.checkpoint import checking
 from sabre_pg.core.pages import small_pages
 
-from . import progress
+from . import kernel_cache, progress
 from .interrupts import Interrupts
 
 INVALID_PARAMETER = "22023"
@@ -128,9 +128,11 @@ def entry_point(fn):
     """Decorate an entry point ``fn(plpy, ...)`` to run inside :func:`reported`, its phases
     reported as progress (``progress.reporting``), its arrays on small pages
     (``sabre_pg.core.pages``: 9% faster at 1M rows), the engine's checkpoints acting on a
-    cancel (``sabre_pg.core.checkpoint``, :class:`.interrupts.Interrupts`)."""
+    cancel (``sabre_pg.core.checkpoint``, :class:`.interrupts.Interrupts`), the compiled
+    loops cached in the data directory (:mod:`.kernel_cache`)."""
     @functools.wraps(fn)
     def wrapper(plpy, *args, **kwargs):
+        kernel_cache.configure()        # the compiled loops' cache, before any compilation
         with reported(plpy), progress.reporting(plpy, fn.__module__.rsplit(".", 1)[-1]), small_pages(), \
                 checking(Interrupts(plpy)):
             return fn(plpy, *args, **kwargs)

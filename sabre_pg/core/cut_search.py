@@ -51,6 +51,7 @@ import weakref
 
 import numpy as np
 
+from . import kernels
 from .checkpoint import checkpoint
 from .mondrian import Partitioner, _stratified_cut, against_table, integer_offsets
 
@@ -99,6 +100,8 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
     final = np.zeros(n_parts, dtype=bool)
     wide = np.zeros(n_parts, dtype=bool)     # searched on every QI (its widest ones failed)
     p.ranks_of(None, pmap)          # every QI's order, the QIs sorted in pmap
+    # the compiled loops (kernels.py) for a large table, else None: the numpy code
+    p.kernels = kernels.for_rows(int(p.table_counts.sum()))
     _DenseQIs.of(p, pmap)
 
     # the rows (not yet final) in (partition, value of QI j) order, per QI
@@ -132,7 +135,11 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     spans = _spans(p, orders, owners, n_parts)
     every = live[:, None] & (spans > 0)
 
+    K = p.kernels
+
     def kept(j):                # the rows of live partitions with a span on QI j
+        if K is not None:
+            return K.keep_rows(orders[j], owners[j], np.ascontiguousarray(every[:, j]))
         keep = every[owners[j], j]
         return (orders[j], owners[j]) if keep.all() else (orders[j][keep], owners[j][keep])
 
@@ -146,10 +153,15 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     narrow = (searched != every).any(axis=1) | ~stratified     # a candidate was left out
 
     def sorted_by(j):           # the partitions searched on QI j, and their candidate cuts
-        sel = searched[owners[j], j]
-        if not sel.any():
-            return None
-        rows, own = (orders[j], owners[j]) if sel.all() else (orders[j][sel], owners[j][sel])
+        if K is not None:
+            rows, own = K.keep_rows(orders[j], owners[j], np.ascontiguousarray(searched[:, j]))
+            if not len(rows):
+                return None
+        else:
+            sel = searched[owners[j], j]
+            if not sel.any():
+                return None
+            rows, own = (orders[j], owners[j]) if sel.all() else (orders[j][sel], owners[j][sel])
         s = _SortedPartitions(p, rows, own, j, np.where(searched[:, j], sizes, 0),
                               setting[1], setting[3], stratified)
         return s, s.candidates(p)
@@ -169,7 +181,11 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     for s in sorted_parts:
         checkpoint()
         mine = cand["dim"][c] == s.j
-        if mine.any():
+        if mine.any() and K is not None:
+            q = ids[mine]
+            K.mark_right(right, s.starts[q], s.sizes[q], cand["pos"][c][mine], cand["strat"][c][mine],
+                         s.strat_left, s.rows)
+        elif mine.any():
             r, side = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
             right[r] = side
     # ids in partition order: q's slots are 3q (q uncut), 3q + 1 and 3q + 2 (its parts), so
@@ -184,15 +200,26 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     slots[:, 0] = wide
     wide = slots.ravel()[used]
     new_id = renumber[3 * np.arange(n_parts) + has]
-    n_right = np.bincount(part, weights=right, minlength=n_parts).astype(np.int64)
-    part = new_id[part] + (has[part] & (right > 0))
+    if K is not None:
+        part, n_right = K.relabel(part, right, has, new_id, n_parts)
+    else:
+        n_right = np.bincount(part, weights=right, minlength=n_parts).astype(np.int64)
+        part = new_id[part] + (has[part] & (right > 0))
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()    # (partition, side) -> new id
+    keep = None
+    if K is not None:       # the next round keeps the rows of live partitions only: drop the others now
+        new_sizes = np.zeros(len(used), dtype=np.int64)
+        uncut = ~has & (counts > 0)
+        new_sizes[new_id[uncut]] = counts[uncut]
+        new_sizes[new_id[has]] = (counts - n_right)[has]
+        new_sizes[new_id[has] + 1] = n_right[has]
+        keep = (new_sizes >= 2 * p.k) & ~final
     orders, owners = _split_segments(orders, owners, right, counts, n_right, new_owner,
-                                     [every[:, j] for j in range(len(orders))], pmap)
+                                     [every[:, j] for j in range(len(orders))], pmap, K, keep)
     return part, len(used), final, wide, orders, owners
 
 
-def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, pmap=map):
+def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, pmap=map, K=None, keep=None):
     """Every order (rows grouped by partition: ``owners``, each partition of ``present[j]``
     with all of its ``sizes`` rows, in partition order) with each partition's rows split
     stably, those with ``right[row] == 0`` first (``n_right`` of them are not): value order
@@ -200,12 +227,16 @@ def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, p
     scatter).  The order's left rows and its right rows, each taken in order, are two blocks;
     the output is, per partition, its run of the left block then its run of the right one,
     gathered by one ``take`` whose index is the output position plus a shift per run.
-    Returns the orders and the new partition of their rows, ``new_owner[2 * owner + side]``."""
+    Returns the orders and the new partition of their rows, ``new_owner[2 * owner + side]``.
+    ``K``: the compiled kernels (one pass per order, leaving out the rows of new partitions
+    not ``keep``), or None."""
     n_left = sizes - n_right
 
     def split(o, owner, here):
         if not len(o):
             return o, owner
+        if K is not None:
+            return K.split_order(o, owner, right, sizes, n_left, new_owner, keep)
         r = right[o].view(bool)
         q = np.flatnonzero(here)
         nl, nr = n_left[q], n_right[q]
@@ -377,6 +408,14 @@ class _SortedPartitions:
         bounds = np.searchsorted(idx, bounds)
         il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
         dense = _DenseQIs.of(p)
+        if p.kernels is not None:       # compiled: the same codes, per QI and cut
+            ranges = p.kernels.cut_ranges(*p.kernels.segment_minmax(dense.block, self.rows, idx, bounds),
+                                          group, at)
+            for i, values in enumerate(dense.values):
+                il_left += p.span(i, values[ranges[0, i]], values[ranges[1, i]])
+                il_right += p.span(i, values[ranges[2, i]], values[ranges[3, i]])
+            return ((pos * il_left + (self.sizes[owners] - pos) * il_right) / len(p.qis),
+                    *self._stratified_scores(p, idx))
         block = np.take(dense.block, self.rows[idx], axis=0)   # one gather of whole rows (take: 3x fancy indexing's speed)
         for i, values in enumerate(dense.values):
             v = block[:, i]
@@ -402,12 +441,19 @@ class _SortedPartitions:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         dest, s_bounds, s_q = self._stratified_layout(idx)
         dense = _DenseQIs.of(p)
-        strat = np.empty((len(idx), len(p.qis)), dtype=dense.block.dtype)
-        strat[dest] = np.take(dense.block, self.rows[idx], axis=0)
         il_strat = np.zeros(len(s_bounds))
-        for i, values in enumerate(dense.values):
-            w = strat[:, i]
-            il_strat += p.span(i, values[np.minimum.reduceat(w, s_bounds)], values[np.maximum.reduceat(w, s_bounds)])
+        if p.kernels is not None:
+            src = np.empty(len(idx), dtype=np.int64)
+            src[dest] = idx
+            seg_lo, seg_hi = p.kernels.segment_minmax(dense.block, self.rows, src, s_bounds)
+            for i, values in enumerate(dense.values):
+                il_strat += p.span(i, values[seg_lo[i]], values[seg_hi[i]])
+        else:
+            strat = np.empty((len(idx), len(p.qis)), dtype=dense.block.dtype)
+            strat[dest] = np.take(dense.block, self.rows[idx], axis=0)
+            for i, values in enumerate(dense.values):
+                w = strat[:, i]
+                il_strat += p.span(i, values[np.minimum.reduceat(w, s_bounds)], values[np.maximum.reduceat(w, s_bounds)])
         n_left = self.n_left[s_q]
         total = il_strat[0::2] * n_left + il_strat[1::2] * (self.sizes[s_q] - n_left)
         good = (n_left >= p.k) & (self.sizes[s_q] - n_left >= p.k)
@@ -463,6 +509,12 @@ class _SortedPartitions:
 
     def row_groups(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
+        if p.kernels is not None:
+            q = cand["owner"][mine]
+            group, code, count = p.kernels.part_counts(self.starts[q], self.sizes[q], cand["pos"][mine],
+                                                       cand["strat"][mine], self.strat_left, self.rows,
+                                                       p.codes, p.domain.m)
+            return 2 * mine[group >> 1] + (group & 1), code, count
         size = self.sizes[cand["owner"][mine]]
         c = _segment_ids(size)      # the candidate (of mine) of every row visited
         at = np.arange(len(c)) - (np.cumsum(size) - size)[c]     # its position in its partition

@@ -65,6 +65,7 @@ class Partitioner:
         self._span_tables = {}  # categorical QI -> span of every (lo, hi) leaf pair
         self.other_sas = []     # (codes, domain, t, table counts) of further SAs (add_sa)
         self._by_row = None
+        self.kernels = None     # the compiled loops of the cut search (kernels.for_rows), or None
 
     def subsets(self, groups: list) -> list:
         """:meth:`subset` of each of ``groups`` (disjoint sets of rows, each increasing), the
