@@ -26,7 +26,7 @@ from ..shared import citus
 from ..shared import common as C
 from ..shared import errors as E
 from ..stages import publish, request, scan
-from . import partition
+from . import citus_shards, partition
 
 ENGINE_HINT = "Check the arguments of sabre_anonymize."
 
@@ -51,15 +51,21 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                 output, options)
             partitioned = partition.partitions_option(req) is not None      # docs/scale-out.md
+            # a Citus distributed source: each shard anonymized on its worker (citus_shards.py)
+            column = citus_shards.pushdown_column(plpy, req)
             if not partitioned:
                 hierarchies = scan.hierarchies(plpy, req)
-                encodings = scan.encodings(plpy, hierarchies)
+                encodings = {} if column else scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock, run_part)
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
-            auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)
-            plan = None if auto else _plan(req, summary)
+            if column:
+                _feasible_k(req, summary.rows)
+            auto = not column and partition.automatic(req, summary.rows)   # a large table: parts
+            plan = None if auto or column else _plan(req, summary)
+        if column:
+            return citus_shards.run(plpy, req, clock, column, hierarchies, summary)
         if auto:         # the run's steps become a partitioned run's (step numbers keep going up)
             stopwatch.plan(stopwatch.anonymize_plan(req.method, partitioned=True))
             return partition.run(plpy, req, clock, run_part, summary=summary)

@@ -58,11 +58,18 @@ def distribution_column(plpy, source_oid: int) -> str | None:
     return rows[0]["col"]
 
 
+def _citus_table(plpy, relation: str) -> bool:
+    return len(plpy.execute(C.prepared(plpy, "SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid "
+                                       "OPERATOR(pg_catalog.=) $1::pg_catalog.regclass", ["text"]), [relation])) > 0
+
+
 def distribute_outputs(plpy, req, built: dict) -> None:
     """Make the relations ``built`` ({suffix: temporary qualified name}) Citus tables when the
     source is hash-distributed (see the module docstring); otherwise do nothing."""
     column = distribution_column(plpy, req.source["oid"])
     if column is None:
+        return
+    if _citus_table(plpy, built[""]):        # a pushed-down run made them distributed (batch/citus_shards.py)
         return
     with C.quietly(plpy):  # Citus's NOTICEs on copying the local rows into the shards
         if "_classes" in built:
