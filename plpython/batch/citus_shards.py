@@ -26,8 +26,9 @@ source); :func:`flush_run` moves those rows into their shards.  Class ids are un
 shards: each shard's start after the classes of the shards before it.
 
 Applies when the source is hash-distributed, with one SA, method 'refine' or 'mondrian', the
-distribution column published (``options.keep``) and used as the key, no named hierarchy and no
-``options.partitions``; otherwise the run goes through the coordinator (a NOTICE says why).
+distribution column published (``options.keep``) and used as the key, and no
+``options.partitions`` (hierarchies travel to the workers in the request: the workers' catalogs
+need not hold them); otherwise the run goes through the coordinator (a NOTICE says why).
 """
 from __future__ import annotations
 
@@ -78,8 +79,6 @@ def pushdown_column(plpy, req) -> str | None:
         why.append('the key "%s" is not the distribution column "%s"' % (req.key.name, column))
     if partition.partitions_option(req) is not None:
         why.append("options.partitions")
-    if any(a.hierarchy_name is not None for a in req.attrs):
-        why.append("a named hierarchy (the workers' catalogs do not hold it)")
     if req.columns[column]["typname"] not in ROUTING_TYPES:
         why.append('the distribution column\'s type %s' % req.columns[column]["type"])
     if why:
@@ -138,11 +137,19 @@ def shards(plpy, req, column) -> list:
     return out
 
 
+def _hierarchy_json(h) -> dict:
+    return {"rows": h.rows, "empty_leaves": h.empty_leaves}
+
+
+def _hierarchy(j: dict, name: str):
+    return Hierarchy(j["rows"], name=name, empty_leaves=j["empty_leaves"])
+
+
 def _summary_json(summary) -> dict:
     return {"rows": int(summary.rows), "counts": np.asarray(summary.counts).tolist(),
             "distinct": None if summary.distinct is None else summary.distinct.tolist(),
             "dtype": None if summary.distinct is None else summary.distinct.dtype.str,
-            "leaves": None if summary.hierarchy is None else list(summary.hierarchy.leaves),
+            "hierarchy": None if summary.hierarchy is None else _hierarchy_json(summary.hierarchy),
             "ranks": summary.ranks}
 
 
@@ -193,7 +200,7 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     base = {"source": req.source["qname"], "qis": [a.name for a in req.qis], "sensitive": req.sa.name,
             "t": req.t, "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
             "output": req.output.qualified(), "summary": _summary_json(summary), "ranges": ranges,
-            "hierarchies": {a: list(h.leaves) for a, h in hierarchies.items() if a != req.sa.name}}
+            "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a != req.sa.name}}
     replies, offset, targets = [], 0, None
     with clock.phase("partition"):      # the shards, on their workers
         for j, shard in enumerate(parts):
@@ -270,7 +277,7 @@ class ShardInto(publish.Into):
 
 def _global_summary(g: dict, sa_name: str):
     distinct = None if g["distinct"] is None else np.asarray(g["distinct"], dtype=np.dtype(g["dtype"]))
-    hierarchy = None if g["leaves"] is None else Hierarchy.flat(g["leaves"], name=sa_name)
+    hierarchy = None if g["hierarchy"] is None else _hierarchy(g["hierarchy"], sa_name)
     return scan.SASummary(int(g["rows"]), np.asarray(g["counts"], dtype=np.int64), distinct, hierarchy, g["ranks"])
 
 
@@ -320,7 +327,7 @@ def shard_run(plpy, payload):
         if p["stage"]:
             raise E.invalid_parameter("the first shard of %s is empty" % p["source"], SHARD_HINT)
         return json.dumps(reply)
-    hierarchies = {a: Hierarchy.flat(v, name=a) for a, v in p["hierarchies"].items()}
+    hierarchies = {a: _hierarchy(h, a) for a, h in p["hierarchies"].items()}
     if table.hierarchy is not None:
         hierarchies[req.sa.name] = table.hierarchy
     encodings = scan.encodings(plpy, hierarchies)

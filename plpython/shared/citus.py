@@ -24,18 +24,26 @@ NODE_DOWN_HINT = ("Nothing was published: the previous output, if any, is intact
                   "again (or remove it from the cluster), then run again.")
 
 
+# a node that went away: a connection failure (class 08), or a worker shut down or restarting
+# while it served the run (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now)
+NODE_DOWN_STATES = ("08", "57P01", "57P02", "57P03")
+
+
 @contextmanager
 def node_failures(plpy):
-    """A connection failure (SQLSTATE class 08) of a statement of the run, e.g. Citus reaching a
-    worker that is down, becomes sabre's error with a HINT; the run's transaction rolls back."""
+    """A statement of the run that lost a node of the cluster (:data:`NODE_DOWN_STATES`: Citus
+    reaching a worker that is down, or a worker stopped while it anonymized a shard) becomes
+    sabre's error 08006 with a HINT; the run's transaction rolls back."""
     try:
         yield
     except plpy.SPIError as e:
         state = getattr(e, "sqlstate", None) or ""
-        if not state.startswith("08"):
+        if not state.startswith(NODE_DOWN_STATES):
             raise
-        raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s"
-                                   % (str(e).splitlines()[0] if str(e) else state), NODE_DOWN_HINT) from e
+        where = " (%s)" % e.context.splitlines()[-1] if "executing command on" in (getattr(e, "context", None)
+                                                                                  or "") else ""
+        raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s%s"
+                                   % (str(e).splitlines()[0] if str(e) else state, where), NODE_DOWN_HINT) from e
 
 
 _DISTRIBUTION_SQL = (
