@@ -166,11 +166,23 @@ def _ranges(plpy, req) -> dict:
 
 
 def _call(plpy, req, column, shard: Shard, function: str, payload: dict) -> dict:
-    """``function`` (sabre's, on the worker) called once in a router query on ``shard``."""
-    row = plpy.execute(plpy.prepare(
-        "SELECT %s($1::jsonb) AS r, pg_catalog.count(*) AS n FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) %s" % (
-            C.catalog(function), req.source["qname"], C.ident(column), shard.routing), ["text"]),
-        [json.dumps(payload)])[0]
+    """``function`` (sabre's, on the worker) called once in a router query on ``shard``; it runs
+    there as the caller, who needs USAGE on sabre's schema on that node too."""
+    try:
+        row = plpy.execute(plpy.prepare(
+            "SELECT %s($1::jsonb) AS r, pg_catalog.count(*) AS n FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) %s"
+            % (C.catalog(function), req.source["qname"], C.ident(column), shard.routing), ["text"]),
+            [json.dumps(payload)])[0]
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) != E.INSUFFICIENT_PRIVILEGE:
+            raise
+        raise E.insufficient_privilege(
+            "on the Citus worker %s that holds shard %s: %s" % (shard.node, shard.name, str(e).splitlines()[0]),
+            "sabre runs each shard on its worker as you: the DBA grants there what the coordinator grants, e.g. "
+            "SELECT run_command_on_workers($$GRANT USAGE ON SCHEMA %s TO %s$$) (sabre's schema is each "
+            "node's own, so its grants are not propagated)." % (
+                plpy.quote_ident(C.SCHEMA), plpy.execute("SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text) AS u"
+                                                )[0]["u"])) from e
     return json.loads(row["r"])
 
 

@@ -131,6 +131,9 @@ def test_an_analyst_runs_on_the_distributed_table(census, citus_cluster):
     try:
         dba.execute("CREATE SCHEMA alice AUTHORIZATION sec_alice")
         dba.execute("GRANT USAGE ON SCHEMA sabre TO sec_alice")
+        # sabre's schema is each node's own (not propagated): a pushed-down run calls sabre on
+        # the workers as sec_alice, so the grant is made there too (docs/scale-out.md)
+        dba.execute("SELECT pg_catalog.run_command_on_workers($$GRANT USAGE ON SCHEMA sabre TO sec_alice$$)")
         dba.execute("GRANT SELECT ON public.census TO sec_alice")
         with psycopg.connect(citus_cluster.dsn, user="sec_alice", autocommit=True) as alice:
             classes = alice.execute(f"SELECT classes FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, "
@@ -145,6 +148,7 @@ def test_an_analyst_runs_on_the_distributed_table(census, citus_cluster):
                            "WHERE oid = 'alice.c'::regclass").fetchone()[0] == "sec_alice"
     finally:
         dba.execute("DROP SCHEMA IF EXISTS alice CASCADE")
+        dba.execute("SELECT pg_catalog.run_command_on_workers($$REVOKE USAGE ON SCHEMA sabre FROM sec_alice$$)")
         dba.execute("DROP OWNED BY sec_alice")
         dba.execute("DROP ROLE sec_alice")
 
