@@ -58,14 +58,16 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
                 encodings = {} if column else scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock, run_part)
+        if column:
+            with citus_shards.connections(plpy):
+                with clock.phase("summary"):
+                    summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+                    _feasible_k(req, summary.rows)
+                return citus_shards.run(plpy, req, clock, column, hierarchies, summary)
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
-            if column:
-                _feasible_k(req, summary.rows)
-            auto = not column and partition.automatic(req, summary.rows)   # a large table: parts
-            plan = None if auto or column else _plan(req, summary)
-        if column:
-            return citus_shards.run(plpy, req, clock, column, hierarchies, summary)
+            auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)
+            plan = None if auto else _plan(req, summary)
         if auto:         # the run's steps become a partitioned run's (step numbers keep going up)
             stopwatch.plan(stopwatch.anonymize_plan(req.method, partitioned=True))
             return partition.run(plpy, req, clock, run_part, summary=summary)

@@ -1,32 +1,34 @@
 """sabre_anonymize on a Citus distributed table, pushed down shard by shard (docs/scale-out.md,
 "Citus (built)": the **shard-local** design).
 
-On the coordinator (:func:`run`): the SA summary, the categorical QIs' values and the numerical
-QIs' ranges are aggregates (Citus pushes them down; only groups reach the coordinator).  Then
-each shard is anonymized **on the worker that holds it** by :func:`shard_run` (the SQL function
-``sabre_citus_shard_impl``), called in a *router query* of the run's own transaction::
+On the coordinator (:func:`run`): the SA summary, the categorical QIs' values, the numerical QIs'
+ranges and one row per shard (a distribution value of one of its rows, its row count) are
+aggregates that Citus pushes down; only groups reach the coordinator.  Then every shard is
+anonymized **on the worker that holds it** by :func:`shard_run` (the SQL function
+``sabre_citus_shard_impl``), in one statement of the run's own transaction::
 
-    SELECT sabre.sabre_citus_shard_impl('<request>'::jsonb) AS r, pg_catalog.count(*)
-    FROM <source> AS s WHERE s.<distribution column> OPERATOR(pg_catalog.=) <a value of that shard>
+    SELECT s.<col>::text, sabre.sabre_citus_shard_impl('<request>'::jsonb, s.<col>::text)
+    FROM <source> AS s WHERE s.<col> = ANY (<one value per shard>)
 
-Citus sends the whole query to the shard's worker, over the connection of the coordinator's
-distributed transaction (the one that created the output's shards there), so the worker sees
-the uncommitted output tables and its writes commit or roll back with the run: Citus's
-two-phase commit covers that connection (a worker transaction that touched a temporary table
-cannot PREPARE: measured, so nothing here is temporary).  The function reads that shard's rows
-locally through the request's read expression, runs the engine with every class measured
-against the **whole table's** SA counts (``reference``), writes the shard's output, side table
-and classes into the colocated shards of the run's relations, checks them exactly against the
-whole table, and returns aggregates only: rows, classes, sizes, EMDs, violations, its SA
-counts.  The coordinator sums them; anything off and nothing is published.
+Citus sends each shard's task to its worker, over the connection of the coordinator's
+distributed transaction that created that shard's relations of the run (so the worker sees those
+uncommitted tables), and its writes commit or roll back with the run: Citus's two-phase commit
+covers those connections (measured: a worker transaction that touched a temporary table cannot
+PREPARE, so nothing here is temporary).  The function reads its shard's rows locally through the
+request's read expression, runs the engine with every class measured against the **whole
+table's** SA counts (``reference``), writes the shard's output, side table and classes into the
+colocated shards of the run's relations, checks them exactly against the whole table, and
+returns aggregates only: rows, classes, sizes, EMDs, violations, its SA counts, its summed
+information loss.  The coordinator sums them; anything off and nothing is published.
 
-The first shard writes into owner-only staging tables on its worker: their columns are the
-layout the coordinator then creates the distributed relations with (colocated with the
-source); :func:`flush_run` moves those rows into their shards.  Class ids are unique across
-shards: each shard's start after the classes of the shards before it.
+The relations' columns (created empty on the coordinator, then distributed colocated with the
+source) come first from a dry run on the first shard: written WITH NO DATA in a subtransaction
+its worker rolls back.  Class ids are unique across shards: each shard's start after the rows
+of the shards before it.  The run uses :data:`CONNECTIONS` connection(s) per worker: a worker
+anonymizes its shards one after another, the workers in parallel.
 
 Applies when the source is hash-distributed, with one SA, method 'refine' or 'mondrian', the
-distribution column published (``options.keep``) and used as the key, and no
+distribution column published (``options.keep``) and used as a unique key, and no
 ``options.partitions`` (hierarchies travel to the workers in the request: the workers' catalogs
 need not hold them); otherwise the run goes through the coordinator (a NOTICE says why).
 """
@@ -51,9 +53,6 @@ from ..stages import publish, request, scan
 from . import partition
 
 METHODS = ("refine", "mondrian")
-ROUTING_TYPES = {"int2": "pg_catalog.int2", "int4": "pg_catalog.int4", "int8": "pg_catalog.int8",
-                 "text": "pg_catalog.text", "varchar": "pg_catalog.varchar"}
-ROUTING_CANDIDATES = 64           # candidate values per shard searched for one that hashes into it
 TAGS = (("", "o"), ("_classes", "c"), ("_keys", "k"))    # the run's relations' temporary tags
 SHARD_KEY = "shard_key"           # <output>_classes' distribution column: a value of the shard's
 SHARD_HINT = ("Distribute the source into fewer shards (create_distributed_table(..., shard_count => n)), "
@@ -79,8 +78,8 @@ def pushdown_column(plpy, req) -> str | None:
         why.append('the key "%s" is not the distribution column "%s"' % (req.key.name, column))
     if partition.partitions_option(req) is not None:
         why.append("options.partitions")
-    if req.columns[column]["typname"] not in ROUTING_TYPES:
-        why.append('the distribution column\'s type %s' % req.columns[column]["type"])
+    if not req.key.unique:
+        why.append('the key "%s" has no unique constraint' % req.key.name)
     if why:
         plpy.notice("sabre: %s is distributed, but this run reads it through the coordinator: %s"
                     % (req.source["qname"], "; ".join(why)),
@@ -90,12 +89,25 @@ def pushdown_column(plpy, req) -> str | None:
     return column
 
 
+CONNECTIONS = 1    # Citus connections per worker for the whole run: the shards on a worker are
+                   # anonymized one after another on it (memory: one shard's per worker), the
+                   # workers in parallel
+
+
+def connections(plpy):
+    """The run's settings (:data:`CONNECTIONS`), set before its first Citus query: a connection
+    that created a shard's relations is the one Citus runs that shard's call on."""
+    return C.settings(plpy, **{"citus.max_adaptive_executor_pool_size": str(CONNECTIONS)})
+
+
 @dataclass(frozen=True)
 class Shard:
     shardid: int
     name: str                 # qualified shard relation on its worker
-    routing: str              # SQL literal of a distribution value that hashes into the shard
+    routing: str              # SQL literal of a distribution value of one of its rows
     node: str
+    rows: int
+    value: str                # that value as text
 
 
 _SHARDS_SQL = """
@@ -120,21 +132,17 @@ def shard_rows(plpy, relation: str, schema: str) -> list:
 
 
 def shards(plpy, req, column) -> list:
-    """The source's shards in hash order, each with a distribution value that routes to it."""
-    rows = shard_rows(plpy, req.source["qname"], req.source["nspname"])
-    typ = ROUTING_TYPES[req.columns[column]["typname"]]
-    routing = {r["shard"]: r["v"] for r in plpy.execute(plpy.prepare(
-        "SELECT DISTINCT ON (x.shard) x.shard, x.v::pg_catalog.text AS v FROM (SELECT "
-        "pg_catalog.get_shard_id_for_distribution_column($1::pg_catalog.oid::pg_catalog.regclass, g::%s) AS shard, "
-        "g::%s AS v, g FROM pg_catalog.generate_series(0, $2) AS g) AS x ORDER BY x.shard, x.g" % (typ, typ),
-        ["oid", "int8"]), [req.source["oid"], ROUTING_CANDIDATES * max(len(rows), 1)])}
-    out = []
-    for shardid, name, node in rows:
-        if shardid not in routing:
-            raise E.SabreError(E.INTERNAL, "no value of %s routes to shard %d" % (column, shardid),
-                               "Report this: sabre searched %d values." % (ROUTING_CANDIDATES * len(rows)))
-        out.append(Shard(shardid, name, "%s::%s" % (plpy.quote_literal(routing[shardid]), typ), node))
-    return out
+    """The source's non-empty shards in hash order, each with one of its rows' distribution
+    value (that routes a query to it) and its row count: one aggregate, pushed down."""
+    found = {r["shard"]: r for r in plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.get_shard_id_for_distribution_column($1::pg_catalog.oid::pg_catalog.regclass, s.%s) "
+        "AS shard, pg_catalog.min(s.%s)::pg_catalog.text AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1"
+        % (C.ident(column), C.ident(column), req.source["read"], req.row_filter()), ["oid"]), [req.source["oid"]])}
+    typ = req.columns[column]["type"]
+    return [Shard(shardid, name, "%s::%s" % (plpy.quote_literal(found[shardid]["v"]), typ), node,
+                  int(found[shardid]["n"]), found[shardid]["v"])
+            for shardid, name, node in shard_rows(plpy, req.source["qname"], req.source["nspname"])
+            if shardid in found]
 
 
 def _hierarchy_json(h) -> dict:
@@ -166,13 +174,19 @@ def _ranges(plpy, req) -> dict:
 
 
 def _call(plpy, req, column, shard: Shard, function: str, payload: dict) -> dict:
-    """``function`` (sabre's, on the worker) called once in a router query on ``shard``; it runs
-    there as the caller, who needs USAGE on sabre's schema on that node too."""
+    """``function`` (sabre's, on the worker) called once in a router query on ``shard``."""
+    row = _privileged(plpy, shard, lambda: plpy.execute(plpy.prepare(
+        "SELECT %s($1::jsonb) AS r, pg_catalog.count(*) AS n FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) %s"
+        % (C.catalog(function), req.source["read"], C.ident(column), shard.routing), ["text"]),
+        [json.dumps(payload)])[0])
+    return json.loads(row["r"])
+
+
+def _privileged(plpy, shard: Shard, statement):
+    """``statement()``; sabre runs on the workers as the caller, who needs USAGE on sabre's schema
+    on each node (it is each node's own, so its grants are not propagated): 42501 says so."""
     try:
-        row = plpy.execute(plpy.prepare(
-            "SELECT %s($1::jsonb) AS r, pg_catalog.count(*) AS n FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) %s"
-            % (C.catalog(function), req.source["qname"], C.ident(column), shard.routing), ["text"]),
-            [json.dumps(payload)])[0]
+        return statement()
     except plpy.SPIError as e:
         if getattr(e, "sqlstate", None) != E.INSUFFICIENT_PRIVILEGE:
             raise
@@ -182,8 +196,24 @@ def _call(plpy, req, column, shard: Shard, function: str, payload: dict) -> dict
             "SELECT run_command_on_workers($$GRANT USAGE ON SCHEMA %s TO %s$$) (sabre's schema is each "
             "node's own, so its grants are not propagated)." % (
                 plpy.quote_ident(C.SCHEMA), plpy.execute("SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text) AS u"
-                                                )[0]["u"])) from e
-    return json.loads(row["r"])
+                                                         )[0]["u"])) from e
+
+
+def _call_all(plpy, req, column, parts: list, base: dict, each: dict) -> list:
+    """sabre_citus_shard_impl on every shard of ``parts`` (``each``: their requests by their
+    row's distribution value) in one multi-shard statement; the replies in ``parts``' order."""
+    if not parts:
+        return []
+    rows = _privileged(plpy, parts[0], lambda: plpy.execute(plpy.prepare(
+        "SELECT s.%s::pg_catalog.text AS v, %s($1::jsonb, s.%s::pg_catalog.text) AS r FROM %s AS s "
+        "WHERE s.%s OPERATOR(pg_catalog.=) ANY ($2::%s[])" % (
+            C.ident(column), C.catalog("sabre_citus_shard_impl"), C.ident(column), req.source["read"],
+            C.ident(column), req.columns[column]["type"]), ["text", "text[]"]),
+        [json.dumps(dict(base, shards=each)), [p.value for p in parts]]))
+    by_value = {r["v"]: json.loads(r["r"]) for r in rows}
+    if sorted(by_value) != sorted(p.value for p in parts) or len(rows) != len(parts):
+        raise partition._changed()
+    return [by_value[p.value] for p in parts]
 
 
 def _create(plpy, req, built: dict, layout: dict, column: str):
@@ -213,22 +243,23 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
             "t": req.t, "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
             "output": req.output.qualified(), "summary": _summary_json(summary), "ranges": ranges,
             "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a != req.sa.name}}
-    replies, offset, targets = [], 0, None
+    offsets = np.cumsum([0] + [p.rows for p in parts])     # class ids: a shard has at most its rows' classes
     with clock.phase("partition"):      # the shards, on their workers
-        for j, shard in enumerate(parts):
-            staged = {s: req.output.temporary_qualified(run_.run_id, "s" + tag) for s, tag in TAGS}
-            reply = _call(plpy, req, column, shard, "sabre_citus_shard_impl",
-                          dict(base, shard=shard.name, offset=offset, routing=shard.routing, stage=j == 0,
-                               tables=staged if j == 0 else {s: targets[s][j] for s in built}))
-            if j == 0:
-                _create(plpy, req, built, reply["layout"], column)
-                targets = {s: [name for _, name, _ in shard_rows(plpy, built[s], req.output.schema)]
-                           for s in built}
-                _call(plpy, req, column, shard, "sabre_citus_flush_impl",
-                      {"from": staged, "into": {s: targets[s][0] for s in built}})
+        # the layout of the run's relations: the first shard's, written WITH NO DATA in a
+        # subtransaction its worker rolls back (nothing stays there)
+        layout = _call(plpy, req, column, parts[0], "sabre_citus_shard_impl", dict(
+            base, shard=parts[0].name, offset=0, routing=parts[0].routing, layout=True,
+            tables={s: req.output.temporary_qualified(run_.run_id, "l" + tag) for s, tag in TAGS}))["layout"]
+        _create(plpy, req, built, layout, column)
+        targets = {s: dict(zip([i for i, _, _ in shard_rows(plpy, req.source["qname"], req.source["nspname"])],
+                               [n for _, n, _ in shard_rows(plpy, built[s], req.output.schema)])) for s in built}
+        # every shard in one statement: Citus runs each shard's call on its worker, on the
+        # connection that created that shard's relations (CONNECTIONS per worker)
+        replies = _call_all(plpy, req, column, parts, base, {
+            p.value: {"shard": p.name, "offset": int(offsets[j]), "routing": p.routing,
+                      "tables": {s: targets[s][p.shardid] for s in built}} for j, p in enumerate(parts)})
+        for reply, shard in zip(replies, parts):
             reply["node"] = shard.node
-            replies.append(reply)
-            offset += reply["classes"]
     with clock.phase("check"):
         facts = _summed(req, summary, replies)
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (%s, ec_id)" % (
@@ -278,13 +309,14 @@ def _summed(req, summary, replies) -> dict:
 @dataclass(frozen=True)
 class ShardInto(publish.Into):
     """:class:`publish.Into` of one shard: its classes also carry the shard's distribution value
-    (the classes' distribution column, so they stay on the shard's worker)."""
+    (the classes' distribution column, so they stay on the shard's worker).  ``create``: the
+    layout's dry run, relations created WITH NO DATA."""
     routing: str = "NULL"
 
     def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
         if suffix == "_classes":
             select = "SELECT c.*, %s AS %s FROM (%s) AS c" % (self.routing, SHARD_KEY, select)
-        return super().write(suffix, select, unlogged)
+        return super().write(suffix, select, unlogged) + (" WITH NO DATA" if self.create else "")
 
 
 def _global_summary(g: dict, sa_name: str):
@@ -325,19 +357,22 @@ def _empty(plpy, req) -> bool:
 
 
 @E.entry_point
-def shard_run(plpy, payload):
+def shard_run(plpy, payload, value=None):
     """One shard on its worker (module doc): anonymized against the whole table, written into
-    ``tables``, checked; returns the aggregates of the check (and, staged, the layout)."""
+    ``tables``, checked; returns the aggregates of the check (``layout``: only the columns of
+    the relations it would write, nothing written).
+    ``value``: this shard's distribution value, which picks its part of ``payload["shards"]``."""
     p = json.loads(payload)
+    if value is not None:
+        p = dict(p, **p.pop("shards")[value])
     shard = C.resolve_relation(plpy, p["shard"])
     req = request.build(plpy, shard["oid"], p["shard"], p["qis"], p["sensitive"], p["t"], p["k"], p["method"],
                         p["output"], json.dumps(p["options"]))
     table = _global_summary(p["summary"], req.sa.name)
     reply = {"rows": 0, "classes": 0, "violations": 0, "sa_counts": [0] * len(table.counts)}
-    into = ShardInto(p["tables"], int(p["offset"]), bool(p["stage"]), p["routing"])
+    layout = bool(p.get("layout"))
+    into = ShardInto(p["tables"], int(p["offset"]), layout, p["routing"])
     if _empty(plpy, req):
-        if p["stage"]:
-            raise E.invalid_parameter("the first shard of %s is empty" % p["source"], SHARD_HINT)
         return json.dumps(reply)
     hierarchies = {a: _hierarchy(h, a) for a, h in p["hierarchies"].items()}
     if table.hierarchy is not None:
@@ -359,16 +394,34 @@ def shard_run(plpy, payload):
                            threads=req.options.threads, reference=table.counts)
     except ValueError as e:
         raise E.invalid_parameter("shard %s of %s: %s" % (p["shard"], p["source"], e), SHARD_HINT)
+    if layout:
+        return json.dumps({"layout": _dry_layout(plpy, req, data, own, result, hierarchies, into)})
     keys = publish.write_keys(plpy, req, None, data.keys, result, into)
     classes = publish.write_classes(plpy, req, None, result, data.data, keys, hierarchies, into)
     out = publish.write_output(plpy, req, None, classes, keys, own, data.sa_codes, result, into)
     reply.update(_check(plpy, req, table, {"": out, "_keys": keys}))
     reply["il_sum"] = _il_sum(qis, result, p["ranges"], req.options.weights)
-    if p["stage"]:
-        reply["layout"] = _layout(plpy, p["tables"])
-        for t in p["tables"].values():
-            publish.owner_only(plpy, t)
     return json.dumps(reply)
+
+
+class _RollBack(Exception):
+    """Leaves the subtransaction of :func:`_dry_layout`, rolling it back."""
+
+
+def _dry_layout(plpy, req, data, own, result, hierarchies, into) -> dict:
+    """The columns of the relations the shard would write: created WITH NO DATA in a
+    subtransaction that is then rolled back."""
+    found = {}
+    try:
+        with plpy.subtransaction():
+            keys = publish.write_keys(plpy, req, None, data.keys, result, into)
+            classes = publish.write_classes(plpy, req, None, result, data.data, keys, hierarchies, into)
+            publish.write_output(plpy, req, None, classes, keys, own, data.sa_codes, result, into)
+            found.update(_layout(plpy, into.tables))
+            raise _RollBack
+    except _RollBack:
+        pass
+    return found
 
 
 def _check(plpy, req, table, built) -> dict:
@@ -401,13 +454,3 @@ def _il_sum(qis, result, ranges, weights) -> float:
         else:
             ils.append(metrics.il_categorical(g))
     return float((metrics.il_per_class(ils, weights) * result.sizes).sum())
-
-
-@E.entry_point
-def flush_run(plpy, payload):
-    """The first shard's staged rows into their shards of the run's relations; staging dropped."""
-    p = json.loads(payload)
-    for suffix, staged in p["from"].items():
-        plpy.execute("INSERT INTO %s SELECT * FROM %s" % (p["into"][suffix], staged))
-        plpy.execute("DROP TABLE %s" % staged)
-    return json.dumps({"flushed": True})
