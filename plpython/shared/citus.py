@@ -11,7 +11,8 @@ run's transaction (Citus's distributed transaction: all or nothing across the no
 - ``<output>_keys``: distributed by ``key``.
 
 A source that is not a Citus table, or a reference or local Citus table, keeps plain outputs.
-The rows are still computed on the coordinator today (see the docs for what runs where).
+This is the path of calls the push-down does not take (``batch/citus_shards.py`` anonymizes
+each shard on its worker and creates its relations distributed itself; see the docs).
 """
 from __future__ import annotations
 
