@@ -95,8 +95,11 @@ CONNECTIONS = 1    # Citus connections per worker for the whole run: the shards 
 
 
 def connections(plpy):
-    """The run's settings (:data:`CONNECTIONS`), set before its first Citus query: a connection
-    that created a shard's relations is the one Citus runs that shard's call on."""
+    """The run's settings, set before its first Citus query: one connection per worker (Citus's
+    sequential mode; its DDL included), the one that creates a shard's relations and then runs
+    that shard's call; :data:`CONNECTIONS` > 1: that many per worker."""
+    if CONNECTIONS == 1:
+        return C.settings(plpy, **{"citus.multi_shard_modify_mode": "sequential"})
     return C.settings(plpy, **{"citus.max_adaptive_executor_pool_size": str(CONNECTIONS)})
 
 
