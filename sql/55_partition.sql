@@ -55,3 +55,17 @@ COMMENT ON FUNCTION @schema@.sabre_publish_parts_impl(regclass, text[], text, do
 COMMENT ON FUNCTION @schema@.sabre_publish_parts(regclass, text[], text, double precision, integer, text, text, jsonb, text[]) IS
     'Publish the outputs of a partitioned run''s parts as one output: every source row once, every class '
     'within t of the whole table (exact EMD) and >= k, swapped in atomically and recorded in sabre.runs';
+
+-- Citus push-down (docs/scale-out.md, "Citus (built)"): one shard of a distributed source
+-- anonymized on the worker that holds it, called by sabre_anonymize on the coordinator in a
+-- router query of its own distributed transaction.  Internal; they run as the caller.
+CREATE OR REPLACE FUNCTION @schema@.sabre_citus_shard_impl(request jsonb, shard_value text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+@bootstrap@
+from sabre_plpy.batch import citus_shards
+return citus_shards.shard_run(plpy, request, shard_value)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_citus_shard_impl(jsonb, text) IS
+    'Internal: one shard of a Citus distributed source anonymized on its worker against the whole table''s SA '
+    'counts, written into the colocated shards of the run''s relations and checked; returns aggregates only';

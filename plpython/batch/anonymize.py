@@ -14,6 +14,7 @@ with ``search_path = pg_catalog, pg_temp``; the source arrives as an OID.
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 
 from sabre_pg.core import stopwatch
 from sabre_pg.core.metrics import discernibility
@@ -26,7 +27,7 @@ from ..shared import citus
 from ..shared import common as C
 from ..shared import errors as E
 from ..stages import publish, request, scan
-from . import partition
+from . import citus_shards, partition
 
 ENGINE_HINT = "Check the arguments of sabre_anonymize."
 
@@ -45,17 +46,27 @@ def plan_steps(method, options) -> None:
 @E.entry_point
 def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
     plan_steps(method, options)
-    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):   # hash joins of millions of rows
-        clock = Stopwatch()
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), ExitStack() as run_settings:
+        clock = Stopwatch()                                                 # (work_mem: hash joins of millions of rows)
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                 output, options)
             partitioned = partition.partitions_option(req) is not None      # docs/scale-out.md
+            # a Citus distributed source: each shard anonymized on its worker (citus_shards.py),
+            # with the run's Citus settings from its first distributed query on
+            column = citus_shards.pushdown_column(plpy, req)
+            if column:
+                run_settings.enter_context(citus_shards.connections(plpy))
             if not partitioned:
                 hierarchies = scan.hierarchies(plpy, req)
-                encodings = scan.encodings(plpy, hierarchies)
+                encodings = {} if column else scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock, run_part)
+        if column:
+            with clock.phase("summary"):
+                summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+                _feasible_k(req, summary.rows)
+            return citus_shards.run(plpy, req, clock, column, hierarchies, summary)
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)

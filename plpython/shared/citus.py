@@ -11,7 +11,8 @@ run's transaction (Citus's distributed transaction: all or nothing across the no
 - ``<output>_keys``: distributed by ``key``.
 
 A source that is not a Citus table, or a reference or local Citus table, keeps plain outputs.
-The rows are still computed on the coordinator today (see the docs for what runs where).
+This is the path of calls the push-down does not take (``batch/citus_shards.py`` anonymizes
+each shard on its worker and creates its relations distributed itself; see the docs).
 """
 from __future__ import annotations
 
@@ -24,18 +25,26 @@ NODE_DOWN_HINT = ("Nothing was published: the previous output, if any, is intact
                   "again (or remove it from the cluster), then run again.")
 
 
+# a node that went away: a connection failure (class 08), or a worker shut down or restarting
+# while it served the run (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now)
+NODE_DOWN_STATES = ("08", "57P01", "57P02", "57P03")
+
+
 @contextmanager
 def node_failures(plpy):
-    """A connection failure (SQLSTATE class 08) of a statement of the run, e.g. Citus reaching a
-    worker that is down, becomes sabre's error with a HINT; the run's transaction rolls back."""
+    """A statement of the run that lost a node of the cluster (:data:`NODE_DOWN_STATES`: Citus
+    reaching a worker that is down, or a worker stopped while it anonymized a shard) becomes
+    sabre's error 08006 with a HINT; the run's transaction rolls back."""
     try:
         yield
     except plpy.SPIError as e:
         state = getattr(e, "sqlstate", None) or ""
-        if not state.startswith("08"):
+        if not state.startswith(NODE_DOWN_STATES):
             raise
-        raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s"
-                                   % (str(e).splitlines()[0] if str(e) else state), NODE_DOWN_HINT) from e
+        where = " (%s)" % e.context.splitlines()[-1] if "executing command on" in (getattr(e, "context", None)
+                                                                                  or "") else ""
+        raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s%s"
+                                   % (str(e).splitlines()[0] if str(e) else state, where), NODE_DOWN_HINT) from e
 
 
 _DISTRIBUTION_SQL = (
@@ -58,11 +67,18 @@ def distribution_column(plpy, source_oid: int) -> str | None:
     return rows[0]["col"]
 
 
+def _citus_table(plpy, relation: str) -> bool:
+    return len(plpy.execute(C.prepared(plpy, "SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid "
+                                       "OPERATOR(pg_catalog.=) $1::pg_catalog.regclass", ["text"]), [relation])) > 0
+
+
 def distribute_outputs(plpy, req, built: dict) -> None:
     """Make the relations ``built`` ({suffix: temporary qualified name}) Citus tables when the
     source is hash-distributed (see the module docstring); otherwise do nothing."""
     column = distribution_column(plpy, req.source["oid"])
     if column is None:
+        return
+    if _citus_table(plpy, built[""]):        # a pushed-down run made them distributed (batch/citus_shards.py)
         return
     with C.quietly(plpy):  # Citus's NOTICEs on copying the local rows into the shards
         if "_classes" in built:

@@ -207,7 +207,8 @@ def citus_main(args, opts, schema: str, out: Path) -> int:
     elif opts.rows:
         sizes = [opts.rows]
     try:
-        results = citus.run_citus(resolve_dsn(args), sizes, schema, echo=lambda text: print(text, flush=True))
+        results = citus.run_citus(resolve_dsn(args), sizes, schema, echo=lambda text: print(text, flush=True),
+                                  shards=citus.QUICK_SHARDS if opts.quick else None)
     except citus.NotCitus as e:
         print(f"sabre-pg bench --citus: {e}", file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE
 
 DEFAULT_ROWS = (100_000,)
 QUICK_ROWS = (5_000,)
+QUICK_SHARDS = 4            # --quick: a few shards of the small table (each anonymized on its worker)
 
 
 class NotCitus(RuntimeError):
@@ -62,9 +63,10 @@ def _proc_io(conn) -> dict | None:
     return {key: int(fields[key]) for key in ("rchar", "wchar") if key in fields}
 
 
-def ensure_distributed(dsn: str, table: str) -> str:
-    """``<table>_dist``: a copy of the local table distributed by id (made once, reused)."""
-    dist = table + "_dist"
+def ensure_distributed(dsn: str, table: str, shards: int | None = None) -> str:
+    """``<table>_dist``: a copy of the local table distributed by id (made once, reused), in
+    ``shards`` shards (default: Citus's ``citus.shard_count``, 32); ``_dist<shards>`` then."""
+    dist = table + "_dist" + (str(shards) if shards else "")
     with psycopg.connect(dsn, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = "
                               "pg_catalog.to_regclass(%s)", (f"public.{dist}",)).fetchone()
@@ -73,7 +75,8 @@ def ensure_distributed(dsn: str, table: str) -> str:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS public.{} CASCADE").format(sql.Identifier(dist)))
         conn.execute(sql.SQL("CREATE TABLE public.{} (LIKE public.{} INCLUDING ALL)").format(
             sql.Identifier(dist), sql.Identifier(table)))
-        conn.execute("SELECT pg_catalog.create_distributed_table(%s, 'id')", (f"public.{dist}",))
+        conn.execute("SELECT pg_catalog.create_distributed_table(%s, 'id', shard_count => %s::int)",
+                     (f"public.{dist}", shards or conn.execute("SHOW citus.shard_count").fetchone()[0]))
         conn.execute(sql.SQL("INSERT INTO public.{} SELECT * FROM public.{}").format(
             sql.Identifier(dist), sql.Identifier(table)))
         conn.execute(sql.SQL("ANALYZE public.{}").format(sql.Identifier(dist)))
@@ -144,6 +147,9 @@ def describe(r: dict) -> str:
         f"{io['rchar'] / max(r['table_bytes'], 1):.2f}x the table's {r['table_bytes'] / 1e6:.1f} MB read "
         "(target < 0.1x)")
     v = r["verify"]
+    if io is not None and r.get("distributed"):
+        share += (f"; network <= {(io['rchar'] + io['wchar']) / max(r['rows'], 1):.1f} bytes per source row "
+                  "(the coordinator backend's reads + writes: shard-local moves no row between workers)")
     return "\n".join([
         f"   {r['table']}: {r['wall']:.2f} s wall ({r['seconds']:.2f} s inside), {r['classes']:,} classes, "
         f"AIL {r['ail']:.4f}, max EMD {r['max_emd']:.4f}; load {r['load']}",
@@ -154,29 +160,33 @@ def describe(r: dict) -> str:
     ])
 
 
-def run_citus(dsn: str, sizes, schema: str = "sabre", echo=print) -> list:
-    """Each size: the local table, then its distributed copy; the records."""
+def run_citus(dsn: str, sizes, schema: str = "sabre", echo=print, shards: int | None = None) -> list:
+    """Each size: the local table, then its distributed copy (``shards``: see
+    :func:`ensure_distributed`); the records."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         workers = require_citus(conn)
     results = []
     for rows in sizes:
         table, hierarchies, note = ensure_table(dsn, rows, schema)
-        dist = ensure_distributed(dsn, table)
+        dist = ensure_distributed(dsn, table, shards)
         echo(f"== {rows:,} rows (table {note}); Citus with {workers} worker(s)")
         for name, keep in ((table, []), (dist, ["id"])):
-            r = time_run(dsn, name, hierarchies, schema, keep)
+            r = {"rows": rows, "workers": workers, "distributed": name == dist,
+                 **time_run(dsn, name, hierarchies, schema, keep)}
             echo(describe(r))
-            results.append({"rows": rows, "workers": workers, "distributed": name == dist, **r})
+            results.append(r)
     return results
 
 
 def table_md(results: list) -> str:
-    lines = ["| rows | table | seconds | classes | AIL | violations | coordinator read / table | output |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| rows | table | seconds | classes | AIL | violations | coordinator read / table | "
+             "network bytes per row (at most) | output |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         io = r["coordinator_io"]
         ratio = "n/a" if io is None else f"{io['rchar'] / max(r['table_bytes'], 1):.2f}"
+        net = "-" if io is None or not r["distributed"] else f"{(io['rchar'] + io['wchar']) / max(r['rows'], 1):.1f}"
         lines.append(f"| {r['rows']:,} | {'distributed' if r['distributed'] else 'local'} | {r['wall']:.2f} | "
-                     f"{r['classes']:,} | {r['ail']:.4f} | {r['verify']['violations']} | {ratio} | "
+                     f"{r['classes']:,} | {r['ail']:.4f} | {r['verify']['violations']} | {ratio} | {net} | "
                      f"{r['placement']['output']} |")
     return "\n".join(lines)

@@ -94,7 +94,7 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
         raise ValueError("search must be one of %s, got %r" % (", ".join(SEARCH), search))
     setting = SEARCH[search] if stratify_first is None else SEARCH[search][:4] + (stratify_first,)
     if setting[2]:                  # the table's rows (a subset's Partitioner keeps its table's counts)
-        setting = setting[:2] + (max(setting[2], int(p.table_counts.sum()) // SMALL_SHARE),) + setting[3:]
+        setting = setting[:2] + (max(setting[2], p.rows // SMALL_SHARE),) + setting[3:]
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if len(part) else 0
     final = np.zeros(n_parts, dtype=bool)

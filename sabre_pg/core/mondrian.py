@@ -50,14 +50,18 @@ class Partitioner:
 
     ``columns`` is an (n x d) matrix of QI values (leaf positions for a categorical QI)."""
 
-    def __init__(self, qis, sa_codes: np.ndarray, domain: SADomain, t: float, k: int):
+    def __init__(self, qis, sa_codes: np.ndarray, domain: SADomain, t: float, k: int, reference=None):
         self.qis = qis
         self.codes = np.asarray(sa_codes, dtype=np.int64)
         self.domain, self.t, self.k = domain, t, k
         self.columns = np.empty((len(self.codes), len(qis)), order="F")     # gathers by column
         for i, qi in enumerate(qis):
             self.columns[:, i] = qi.values
-        self.table_counts = np.bincount(self.codes, minlength=domain.m)
+        # the distribution every class is measured against: these rows' own, or ``reference``
+        # (SA counts of a larger table holding these rows: a Citus shard against its whole table)
+        self.table_counts = np.bincount(self.codes, minlength=domain.m) if reference is None else \
+            _reference_counts(reference, self.codes, domain)
+        self.rows = len(self.codes)    # these rows (a subset keeps its table's)
         lo, hi = self.columns.min(axis=0), self.columns.max(axis=0)
         self.scale = np.where(hi > lo, hi - lo, 1.0)
         self.ties = None        # a secondary order of the rows (rank), for equal QI values
@@ -214,6 +218,14 @@ class Partitioner:
         return ids, ok
 
 
+def _reference_counts(reference, codes, domain: SADomain) -> np.ndarray:
+    """``reference`` as int64 SA counts; it must hold the rows ``codes``."""
+    ref = np.asarray(reference, dtype=np.int64)
+    if ref.shape != (domain.m,) or (ref < np.bincount(codes, minlength=domain.m)).any():
+        raise ValueError("the reference SA counts must cover the rows' SA codes (%d values)" % domain.m)
+    return ref
+
+
 def _t_close(labels, codes, table_counts, domain: SADomain, t: float, k: int):
     """(ids, ok) of :meth:`Partitioner.t_close` on one SA: ``codes`` are the SA codes of the
     grouped rows."""
@@ -309,10 +321,12 @@ def _stratified_cut(codes, owner, n_parts) -> np.ndarray:
 
 
 def mondrian(qis, sa_codes, domain: SADomain, t: float, k: int,
-             part: np.ndarray | None = None) -> np.ndarray:
+             part: np.ndarray | None = None, reference=None) -> np.ndarray:
     """t-Mondrian: the class id (0..C-1) of every row.  ``part`` (optional): a partition of
-    the rows into t-close, k-anonymous classes to cut further (default: the whole table)."""
-    p = Partitioner(qis, sa_codes, domain, t, k)
+    the rows into t-close, k-anonymous classes to cut further (default: the whole table).
+    ``reference``: SA counts of a larger table holding these rows, every class measured
+    against its distribution (:class:`Partitioner`)."""
+    p = Partitioner(qis, sa_codes, domain, t, k, reference)
     n = len(p.codes)
     part = np.zeros(n, dtype=np.int64) if part is None else _compact(part)
     return split_all(p, part)

@@ -84,7 +84,7 @@ def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=Fal
 
 
 def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, keys=None, key_order=None,
-              search: str = "fast", threads: int = 1, weights=None) -> np.ndarray:
+              search: str = "fast", threads: int = 1, weights=None, reference=None) -> np.ndarray:
     """The classes (ids 0..C-1) of ``method`` ('refine' or 'mondrian') over the SAs ``codes``
     (n x d), each with its domain and t, SA ``primary`` first: t_i-close on every SA i.
 
@@ -94,11 +94,23 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     beforehand (Adult, t = (0.1, 0.1): AIL 0.561 with occupation first, 0.791 with education,
     the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
     instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows
-    (:func:`refine_or_mondrian`)."""
+    (:func:`refine_or_mondrian`).  ``reference``: one SA only, its counts in a larger table
+    holding these rows, which every class is measured against (:class:`.mondrian.Partitioner`)."""
     codes = np.asarray(codes, dtype=np.int64)
     if codes.ndim == 1:
         codes = codes[:, None]
     d = codes.shape[1]
+    if reference is not None:
+        if d != 1:
+            raise ValueError("a reference distribution takes one sensitive attribute")
+        if method == "mondrian":
+            return mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference)
+        ec = refine(qis, codes[:, 0], domains[0], ts[0], k, keys=keys, search=search, threads=threads,
+                    key_order=key_order, reference=reference)
+        if len(ec) > GUARD_ROWS:
+            return ec
+        other = mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference)
+        return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
     if method == "mondrian":
         return _mondrian(qis, *_first(codes, domains, ts, primary), k)
     primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]

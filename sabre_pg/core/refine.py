@@ -54,7 +54,7 @@ THREAD_PARTS = 4         # the whole table's first rounds run until about this m
 def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarray | None = None,
            keys: np.ndarray | None = None, emd_weight: float = 0.0, search: str = "fast",
            merges: int | None = None, rescue: bool = True, threads: int = 1,
-           key_order: np.ndarray | None = None, other_sas=()) -> np.ndarray:
+           key_order: np.ndarray | None = None, other_sas=(), reference=None) -> np.ndarray:
     """The class id (0..C-1) of every row: ``classes`` (t-close, k-anonymous; default: the
     whole table as one partition) cut while a searched cut stays t-close (``emd_weight``,
     ``search`` ('fast' or 'thorough'): see :func:`.cut_search.cut_search`); then, with
@@ -68,14 +68,16 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
     that many threads (:func:`search_threads`); the classes are the same as with one.
     ``key_order``: ``np.argsort(keys, kind="stable")`` when the caller has it.
     ``other_sas``: (codes, domain, t) of further SAs every class must also be t-close on
-    (several SAs: :mod:`.multi_refine`)."""
+    (several SAs: :mod:`.multi_refine`).  ``reference``: SA counts of a larger table holding
+    these rows; every class is then t-close to its distribution (a Citus shard anonymized
+    against its whole table, :class:`.mondrian.Partitioner`)."""
     if keys is None:
         keys = hilbert_keys([qi.values for qi in qis], [qi.axis_range() for qi in qis])
     # rows stored in key order: a partition's rows lie close together in memory (the search
     # gathers them once per QI and round)
     at = np.argsort(keys, kind="stable") if key_order is None else key_order
     p = Partitioner([dataclasses.replace(qi, values=np.asarray(qi.values)[at]) for qi in qis],
-                    np.asarray(sa_codes)[at], domain, t, k)
+                    np.asarray(sa_codes)[at], domain, t, k, reference)
     for codes, other, t_other in other_sas:      # several SAs (multi_refine.py)
         p.add_sa(np.asarray(codes)[at], other, t_other)
     p.order_ties(np.asarray(keys)[at])

@@ -372,7 +372,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
               sa_plan: SAPlan | None = None, search: str = "fast", threads: int = 1,
-              other_sas=()) -> SabreResult:
+              other_sas=(), reference=None) -> SabreResult:
     """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
     t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
     with a searched cut (``'refine'``, :mod:`.refine`: the t-close cut that lowers IL most).
@@ -389,6 +389,10 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
 
     ``other_sas``: (codes, domain, t) of further SAs every class of 'refine' and 'mondrian'
     must also be t-close on (several SAs, :mod:`.multi_refine`; ``emds`` stay this SA's).
+
+    ``reference``: 'refine' and 'mondrian' with one SA: SA counts of a larger table holding
+    these rows (a Citus shard's whole table); every class is cut t-close to, and ``emds``
+    measure against, its distribution.
 
     ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
     the tuples were read (the database computes them with a GROUP BY); the codes must have
@@ -424,10 +428,12 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
             ec = partition(qis, np.column_stack([sa_codes] + [c for c, _, _ in other_sas]),
                            [domain] + [d for _, d, _ in other_sas], [t] + [u for _, _, u in other_sas], k,
                            method, keys=keys, key_order=key_order, search=search, threads=threads,
-                           weights=weights)
+                           weights=weights, reference=reference)
             if key_order is not None:
                 bucket_key_order = by_bucket(key_order, bucket)
     else:
+        if reference is not None:
+            raise ValueError("a reference distribution takes method 'refine' or 'mondrian'")
         with stopwatch.phase("takeout"):
             if method == "knn":
                 ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
@@ -440,7 +446,8 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
         index = ECIndex(ec, n_classes)
         generalization, il, il_paper = generalize_classes(qis, index, weights, paper=True)
     with stopwatch.phase("metrics"):
-        emds = class_emds(ec, sa_codes, domain, n_classes, counts / n, order=index.order) \
+        table = counts / n if reference is None else np.asarray(reference, dtype=np.float64) / np.sum(reference)
+        emds = class_emds(ec, sa_codes, domain, n_classes, table, order=index.order) \
             if with_emds else np.zeros(n_classes)
     return SabreResult(ec, index.sizes, emds, bucketization, plan, generalization, il, keys, bucket,
                        k=int(k), phases=stopwatch.report(), index=index,

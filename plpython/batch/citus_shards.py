@@ -1,0 +1,459 @@
+"""sabre_anonymize on a Citus distributed table, pushed down shard by shard (docs/scale-out.md,
+"Citus (built)": the **shard-local** design).
+
+On the coordinator (:func:`run`): the SA summary, the categorical QIs' values, the numerical QIs'
+ranges and one row per shard (a distribution value of one of its rows, its row count) are
+aggregates that Citus pushes down; only groups reach the coordinator.  Then every shard is
+anonymized **on the worker that holds it** by :func:`shard_run` (the SQL function
+``sabre_citus_shard_impl``), in one statement of the run's own transaction::
+
+    SELECT s.<col>::text, sabre.sabre_citus_shard_impl('<request>'::jsonb, s.<col>::text)
+    FROM <source> AS s WHERE s.<col> = ANY (<one value per shard>)
+
+Citus sends each shard's task to its worker, over the connection of the coordinator's
+distributed transaction that created that shard's relations of the run (so the worker sees those
+uncommitted tables), and its writes commit or roll back with the run: Citus's two-phase commit
+covers those connections (measured: a worker transaction that touched a temporary table cannot
+PREPARE, so nothing here is temporary).  The function reads its shard's rows locally through the
+request's read expression, runs the engine with every class measured against the **whole
+table's** SA counts (``reference``), writes the shard's output, side table and classes into the
+colocated shards of the run's relations, checks them exactly against the whole table, and
+returns aggregates only: rows, classes, sizes, EMDs, violations, its SA counts, its summed
+information loss.  The coordinator sums them; anything off and nothing is published.
+
+The relations' columns (created empty on the coordinator, then distributed colocated with the
+source) come first from a dry run on the first shard: written WITH NO DATA in a subtransaction
+its worker rolls back.  Class ids are unique across shards: each shard's start after the rows
+of the shards before it.  The run uses :data:`CONNECTIONS` connection(s) per worker: a worker
+anonymizes its shards one after another, the workers in parallel.
+
+Applies when the source is hash-distributed, with one SA, method 'refine' or 'mondrian', the
+distribution column published (``options.keep``) and used as a unique key, and no
+``options.partitions`` (hierarchies travel to the workers in the request: the workers' catalogs
+need not hold them); otherwise the run goes through the coordinator (a NOTICE says why).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from sabre_pg.core import stopwatch
+from sabre_pg.core.hierarchy import Hierarchy
+from sabre_pg.core import metrics
+from sabre_pg.core.mondrian import against_table
+from sabre_pg.core.sabre import anonymize, plan_from_counts
+from sabre_pg.core.stopwatch import Stopwatch
+
+from ..shared import citus
+from ..shared import common as C
+from ..shared import errors as E
+from ..stages import publish, request, scan
+from . import partition
+
+METHODS = ("refine", "mondrian")
+TAGS = (("", "o"), ("_classes", "c"), ("_keys", "k"))    # the run's relations' temporary tags
+SHARD_KEY = "shard_key"           # <output>_classes' distribution column: a value of the shard's
+SHARD_HINT = ("Distribute the source into fewer shards (create_distributed_table(..., shard_count => n)), "
+              "or raise t or lower k; or anonymize a local copy of the table.")
+
+
+# ---------------------------------------------------------------------------- coordinator
+def pushdown_column(plpy, req) -> str | None:
+    """The source's distribution column when the run can be pushed down to the shards; None for
+    a source that is not hash-distributed, or (with a NOTICE saying why) a call that needs the
+    coordinator path."""
+    column = citus.distribution_column(plpy, req.source["oid"])
+    if column is None:
+        return None
+    why = []
+    if req.sas:
+        why.append("several sensitive attributes")
+    if req.method not in METHODS:
+        why.append("method '%s' (push-down runs 'refine' or 'mondrian')" % req.method)
+    if column not in req.options.keep:
+        why.append('the distribution column "%s" is not published (options.keep)' % column)
+    elif req.key.name != column:
+        why.append('the key "%s" is not the distribution column "%s"' % (req.key.name, column))
+    if partition.partitions_option(req) is not None:
+        why.append("options.partitions")
+    if not req.key.unique:
+        why.append('the key "%s" has no unique constraint' % req.key.name)
+    if why:
+        plpy.notice("sabre: %s is distributed, but this run reads it through the coordinator: %s"
+                    % (req.source["qname"], "; ".join(why)),
+                    hint='Pass options => \'{"keep": ["%s"]}\' with method \'refine\' (the default) and one '
+                         'sensitive attribute to anonymize each shard on its worker.' % column.replace('"', '\\"'))
+        return None
+    return column
+
+
+CONNECTIONS = 1    # Citus connections per worker for the whole run: the shards on a worker are
+                   # anonymized one after another on it (memory: one shard's per worker), the
+                   # workers in parallel
+
+
+def connections(plpy):
+    """The run's settings, set before its first Citus query: one connection per worker (Citus's
+    sequential mode; its DDL included), the one that creates a shard's relations and then runs
+    that shard's call; :data:`CONNECTIONS` > 1: that many per worker."""
+    if CONNECTIONS == 1:
+        return C.settings(plpy, **{"citus.multi_shard_modify_mode": "sequential"})
+    return C.settings(plpy, **{"citus.max_adaptive_executor_pool_size": str(CONNECTIONS)})
+
+
+@dataclass(frozen=True)
+class Shard:
+    shardid: int
+    name: str                 # qualified shard relation on its worker
+    routing: str              # SQL literal of a distribution value of one of its rows
+    node: str
+    rows: int
+    value: str                # that value as text
+
+
+_SHARDS_SQL = """
+SELECT s.shardid, pg_catalog.shard_name(s.logicalrelid, s.shardid) AS name,
+       n.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) n.nodeport AS node
+FROM pg_catalog.pg_dist_shard s
+JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid
+JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid AND n.noderole OPERATOR(pg_catalog.=) 'primary'
+WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass
+ORDER BY s.shardminvalue::pg_catalog.int4"""
+
+
+def shard_rows(plpy, relation: str, schema: str) -> list:
+    """(shard id, qualified shard relation, node) of a distributed relation, in hash order
+    (colocated relations: the same order, shard for shard)."""
+    out = []
+    for r in plpy.execute(C.prepared(plpy, _SHARDS_SQL, ["text"]), [relation]):
+        local = plpy.execute(C.prepared(plpy, "SELECT (pg_catalog.parse_ident($1))[pg_catalog.array_length("
+                                        "pg_catalog.parse_ident($1), 1)] AS n", ["text"]), [r["name"]])[0]["n"]
+        out.append((r["shardid"], C.qname(None, schema, local), r["node"]))
+    return out
+
+
+def shards(plpy, req, column) -> list:
+    """The source's non-empty shards in hash order, each with one of its rows' distribution
+    value (that routes a query to it) and its row count: one aggregate, pushed down."""
+    found = {r["shard"]: r for r in plpy.execute(plpy.prepare(
+        "SELECT pg_catalog.get_shard_id_for_distribution_column($1::pg_catalog.oid::pg_catalog.regclass, s.%s) "
+        "AS shard, pg_catalog.min(s.%s)::pg_catalog.text AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1"
+        % (C.ident(column), C.ident(column), req.source["read"], req.row_filter()), ["oid"]), [req.source["oid"]])}
+    typ = req.columns[column]["type"]
+    return [Shard(shardid, name, "%s::%s" % (plpy.quote_literal(found[shardid]["v"]), typ), node,
+                  int(found[shardid]["n"]), found[shardid]["v"])
+            for shardid, name, node in shard_rows(plpy, req.source["qname"], req.source["nspname"])
+            if shardid in found]
+
+
+def _hierarchy_json(h) -> dict:
+    return {"rows": h.rows, "empty_leaves": h.empty_leaves}
+
+
+def _hierarchy(j: dict, name: str):
+    return Hierarchy(j["rows"], name=name, empty_leaves=j["empty_leaves"])
+
+
+def _summary_json(summary) -> dict:
+    return {"rows": int(summary.rows), "counts": np.asarray(summary.counts).tolist(),
+            "distinct": None if summary.distinct is None else summary.distinct.tolist(),
+            "dtype": None if summary.distinct is None else summary.distinct.dtype.str,
+            "hierarchy": None if summary.hierarchy is None else _hierarchy_json(summary.hierarchy),
+            "ranks": summary.ranks}
+
+
+def _ranges(plpy, req) -> dict:
+    """{numerical QI: [min, max]} over the whole table (one pushed-down aggregate), so each
+    shard's information loss is normalized as on one node."""
+    nums = [a for a in req.qis if a.numerical]
+    if not nums:
+        return {}
+    r = plpy.execute("SELECT %s FROM %s AS s%s" % (", ".join(
+        "pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d" % (e, i, e, i) for i, e in enumerate(
+            C.numeric_expr(plpy, a.name, a.col, "s.") for a in nums)), req.source["read"], req.row_filter()))[0]
+    return {a.name: [float(r["lo%d" % i]), float(r["hi%d" % i])] for i, a in enumerate(nums)}
+
+
+def _call(plpy, req, column, shard: Shard, function: str, payload: dict) -> dict:
+    """``function`` (sabre's, on the worker) called once in a router query on ``shard``."""
+    row = _privileged(plpy, shard, lambda: plpy.execute(plpy.prepare(
+        "SELECT %s($1::jsonb) AS r, pg_catalog.count(*) AS n FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) %s"
+        % (C.catalog(function), req.source["read"], C.ident(column), shard.routing), ["text"]),
+        [json.dumps(payload)])[0])
+    return json.loads(row["r"])
+
+
+def _privileged(plpy, shard: Shard, statement):
+    """``statement()``; sabre runs on the workers as the caller, who needs USAGE on sabre's schema
+    on each node (it is each node's own, so its grants are not propagated): 42501 says so."""
+    try:
+        return statement()
+    except plpy.SPIError as e:
+        if getattr(e, "sqlstate", None) != E.INSUFFICIENT_PRIVILEGE:
+            raise
+        raise E.insufficient_privilege(
+            "on the Citus worker %s that holds shard %s: %s" % (shard.node, shard.name, str(e).splitlines()[0]),
+            "sabre runs each shard on its worker as you: the DBA grants there what the coordinator grants, e.g. "
+            "SELECT run_command_on_workers($$GRANT USAGE ON SCHEMA %s TO %s$$) (sabre's schema is each "
+            "node's own, so its grants are not propagated)." % (
+                plpy.quote_ident(C.SCHEMA), plpy.execute("SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text) AS u"
+                                                         )[0]["u"])) from e
+
+
+def _call_all(plpy, req, column, parts: list, base: dict, each: dict) -> list:
+    """sabre_citus_shard_impl on every shard of ``parts`` (``each``: their requests by their
+    row's distribution value) in one multi-shard statement; the replies in ``parts``' order."""
+    if not parts:
+        return []
+    rows = _privileged(plpy, parts[0], lambda: plpy.execute(plpy.prepare(
+        "SELECT s.%s::pg_catalog.text AS v, %s($1::jsonb, s.%s::pg_catalog.text) AS r FROM %s AS s "
+        "WHERE s.%s OPERATOR(pg_catalog.=) ANY ($2::%s[])" % (
+            C.ident(column), C.catalog("sabre_citus_shard_impl"), C.ident(column), req.source["read"],
+            C.ident(column), req.columns[column]["type"]), ["text", "text[]"]),
+        [json.dumps(dict(base, shards=each)), [p.value for p in parts]]))
+    by_value = {r["v"]: json.loads(r["r"]) for r in rows}
+    if sorted(by_value) != sorted(p.value for p in parts) or len(rows) != len(parts):
+        raise partition._changed()
+    return [by_value[p.value] for p in parts]
+
+
+def _create(plpy, req, built: dict, layout: dict, column: str):
+    """The run's relations, empty, with the first shard's columns, distributed colocated with the
+    source: the output by the distribution column, the side table by its key, the classes by
+    their shard's distribution value."""
+    for suffix, by in (("", column), ("_classes", SHARD_KEY), ("_keys", "key")):
+        plpy.execute("CREATE %sTABLE %s (%s)" % ("UNLOGGED " if suffix == "_keys" else "", built[suffix], ", ".join(
+            "%s %s" % (C.ident(n), t) for n, t in layout[suffix])))
+        with C.quietly(plpy):
+            plpy.execute(C.prepared(plpy, "SELECT pg_catalog.create_distributed_table($1::pg_catalog.regclass, $2, "
+                                    "colocate_with => $3)", ["text", "text", "text"]),
+                         [built[suffix], by, req.source["qname"]])
+    publish.owner_only(plpy, built["_keys"])
+
+
+def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
+    """The pushed-down run (module doc); ``summary``: the whole table's SA summary."""
+    stopwatch.plan(("validate", "summary", "partition", "check", "swap"))
+    with clock.phase("summary"):
+        ranges = _ranges(plpy, req)
+        parts = shards(plpy, req, column)
+    run_ = publish.begin(plpy, req)
+    prev = publish.previous(plpy, req)
+    built = partition._built(req, run_)
+    base = {"source": req.source["qname"], "qis": [a.name for a in req.qis], "sensitive": req.sa.name,
+            "t": req.t, "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
+            "output": req.output.qualified(), "summary": _summary_json(summary), "ranges": ranges,
+            "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a != req.sa.name}}
+    offsets = np.cumsum([0] + [p.rows for p in parts])     # class ids: a shard has at most its rows' classes
+    with clock.phase("partition"):      # the shards, on their workers
+        # the layout of the run's relations: the first shard's, written WITH NO DATA in a
+        # subtransaction its worker rolls back (nothing stays there)
+        layout = _call(plpy, req, column, parts[0], "sabre_citus_shard_impl", dict(
+            base, shard=parts[0].name, offset=0, routing=parts[0].routing, layout=True,
+            tables={s: req.output.temporary_qualified(run_.run_id, "l" + tag) for s, tag in TAGS}))["layout"]
+        _create(plpy, req, built, layout, column)
+        targets = {s: dict(zip([i for i, _, _ in shard_rows(plpy, req.source["qname"], req.source["nspname"])],
+                               [n for _, n, _ in shard_rows(plpy, built[s], req.output.schema)])) for s in built}
+        # every shard in one statement: Citus runs each shard's call on its worker, on the
+        # connection that created that shard's relations (CONNECTIONS per worker)
+        replies = _call_all(plpy, req, column, parts, base, {
+            p.value: {"shard": p.name, "offset": int(offsets[j]), "routing": p.routing,
+                      "tables": {s: targets[s][p.shardid] for s in built}} for j, p in enumerate(parts)})
+        for reply, shard in zip(replies, parts):
+            reply["node"] = shard.node
+    with clock.phase("check"):
+        facts = _summed(req, summary, replies)
+        plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (%s, ec_id)" % (
+            built["_classes"], C.ident(req.output.temporary(run_.run_id, "c_pkey")), C.ident(SHARD_KEY)))
+    with clock.phase("swap"):
+        publish.swap(plpy, req, run_, prev, built)
+        publish.comment(plpy, req, run_)
+    facts.update({"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
+                  "method": req.method, "options": req.options.given, "buckets": None, "u": None,
+                  "sensitive_attributes": [req.sa.name], "t_values": [req.t], "max_emds": [facts["max_emd"]],
+                  "partitions": {"parts": len(parts), "automatic": False, "citus": "shard-local",
+                                 "reply_bytes": sum(len(json.dumps(r)) for r in replies),
+                                 "workers": len({r["node"] for r in replies})},
+                  "phases": clock.report(), "seconds": clock.total()})
+    output_oid = publish.record(plpy, req, run_, facts, hierarchies)
+    return [(run_.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"], facts["max_emd"],
+             facts["ail"], facts["seconds"])]
+
+
+def _summed(req, summary, replies) -> dict:
+    """The workers' checks summed: every source row once (each shard's own check) and the SA
+    counts of the rows written the whole table's; every class >= k and within t of the whole
+    table, by the exact EMD each worker computed against the whole table's counts."""
+    counts = np.sum([r["sa_counts"] for r in replies], axis=0)
+    rows = sum(r["rows"] for r in replies)
+    if rows != summary.rows or not np.array_equal(counts, summary.counts):
+        raise E.source_changed("the shards' outputs do not hold the source's rows (%d rows written, %d in the "
+                               "SA summary)" % (rows, summary.rows),
+                               "Run again; inside REPEATABLE READ if the source is being written.")
+    bad = [r for r in replies if r["violations"]]
+    if bad:
+        worst = max(bad, key=lambda r: r["max_emd"])
+        raise E.invalid_parameter(
+            "%d class(es) of %d shard(s) violate t = %g or k = %d against the whole table (max EMD %.6g, "
+            "smallest class %d, shard on %s): a shard's rows alone cannot be split within t of the table"
+            % (sum(r["violations"] for r in bad), len(bad), req.t, req.k, worst["max_emd"],
+               min(r["min_class_size"] for r in bad), worst["node"]), SHARD_HINT)
+    full = [r for r in replies if r["rows"]]
+    return {"rows": rows, "classes": sum(r["classes"] for r in replies),
+            "min_class_size": min(r["min_class_size"] for r in full),
+            "max_class_size": max(r["max_class_size"] for r in full),
+            "max_emd": max(r["max_emd"] for r in full), "ail": sum(r["il_sum"] for r in full) / rows,
+            "discernibility": sum(r["discernibility"] for r in full)}
+
+
+# ---------------------------------------------------------------------------- worker
+@dataclass(frozen=True)
+class ShardInto(publish.Into):
+    """:class:`publish.Into` of one shard: its classes also carry the shard's distribution value
+    (the classes' distribution column, so they stay on the shard's worker).  ``create``: the
+    layout's dry run, relations created WITH NO DATA."""
+    routing: str = "NULL"
+
+    def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
+        if suffix == "_classes":
+            select = "SELECT c.*, %s AS %s FROM (%s) AS c" % (self.routing, SHARD_KEY, select)
+        return super().write(suffix, select, unlogged) + (" WITH NO DATA" if self.create else "")
+
+
+def _global_summary(g: dict, sa_name: str):
+    distinct = None if g["distinct"] is None else np.asarray(g["distinct"], dtype=np.dtype(g["dtype"]))
+    hierarchy = None if g["hierarchy"] is None else _hierarchy(g["hierarchy"], sa_name)
+    return scan.SASummary(int(g["rows"]), np.asarray(g["counts"], dtype=np.int64), distinct, hierarchy, g["ranks"])
+
+
+def _in_table_codes(plpy, req, table):
+    """The shard's SA summary with the whole table's codes (its values, leaves or ranks)."""
+    own = scan.sa_summary(plpy, req, table.hierarchy)
+    if table.hierarchy is not None:
+        return scan.SASummary(own.rows, own.counts, None, table.hierarchy)
+    counts = np.zeros(len(table.counts), dtype=np.int64)
+    if table.ranks is not None:
+        at = {v: i for i, v in enumerate(table.ranks)}
+        if any(v not in at for v in own.ranks):
+            raise partition._changed()
+        counts[[at[v] for v in own.ranks]] = own.counts
+        return scan.SASummary(own.rows, counts, None, None, table.ranks)
+    idx = np.minimum(np.searchsorted(table.distinct, own.distinct), len(table.distinct) - 1)
+    if not np.array_equal(table.distinct[idx], own.distinct):
+        raise partition._changed()
+    counts[idx] = own.counts
+    return scan.SASummary(own.rows, counts, table.distinct, None)
+
+
+def _layout(plpy, tables: dict) -> dict:
+    return {s: [(r["n"], r["t"]) for r in plpy.execute(C.prepared(
+        plpy, "SELECT a.attname::pg_catalog.text AS n, pg_catalog.format_type(a.atttypid, a.atttypmod) AS t "
+        "FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass "
+        "AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped ORDER BY a.attnum", ["text"]), [t])]
+            for s, t in tables.items()}
+
+
+def _empty(plpy, req) -> bool:
+    return not len(plpy.execute("SELECT 1 FROM %s AS s%s LIMIT 1" % (req.source["read"], req.row_filter())))
+
+
+@E.entry_point
+def shard_run(plpy, payload, value=None):
+    """One shard on its worker (module doc): anonymized against the whole table, written into
+    ``tables``, checked; returns the aggregates of the check (``layout``: only the columns of
+    the relations it would write, nothing written).
+    ``value``: this shard's distribution value, which picks its part of ``payload["shards"]``."""
+    p = json.loads(payload)
+    if value is not None:
+        p = dict(p, **p.pop("shards")[value])
+    shard = C.resolve_relation(plpy, p["shard"])
+    req = request.build(plpy, shard["oid"], p["shard"], p["qis"], p["sensitive"], p["t"], p["k"], p["method"],
+                        p["output"], json.dumps(p["options"]))
+    table = _global_summary(p["summary"], req.sa.name)
+    reply = {"rows": 0, "classes": 0, "violations": 0, "sa_counts": [0] * len(table.counts)}
+    layout = bool(p.get("layout"))
+    into = ShardInto(p["tables"], int(p["offset"]), layout, p["routing"])
+    if _empty(plpy, req):
+        return json.dumps(reply)
+    hierarchies = {a: _hierarchy(h, a) for a, h in p["hierarchies"].items()}
+    if table.hierarchy is not None:
+        hierarchies[req.sa.name] = table.hierarchy
+    encodings = scan.encodings(plpy, hierarchies)
+    hierarchies.pop(req.sa.name, None)
+    own = _in_table_codes(plpy, req, table)
+    if req.sa.name not in encodings and own.text_codes() is not None:
+        encodings[req.sa.name] = scan.encode(plpy, own.text_codes())
+    domain = table.domain()
+    try:
+        if own.rows < req.k:
+            raise ValueError("the shard has %d rows, fewer than k = %d" % (own.rows, req.k))
+        plan = plan_from_counts(own.counts, domain, req.t, req.k, req.options.lookahead)
+        data = scan.read(plpy, req, encodings, own)
+        qis = scan.quasi_identifiers(req, data.data, hierarchies)
+        result = anonymize(qis, data.sa_codes, domain, req.t, req.k, method=req.method, seed=req.options.seed,
+                           weights=req.options.weights, sa_plan=plan, search=req.options.search,
+                           threads=req.options.threads, reference=table.counts)
+    except ValueError as e:
+        raise E.invalid_parameter("shard %s of %s: %s" % (p["shard"], p["source"], e), SHARD_HINT)
+    if layout:
+        return json.dumps({"layout": _dry_layout(plpy, req, data, own, result, hierarchies, into)})
+    keys = publish.write_keys(plpy, req, None, data.keys, result, into)
+    classes = publish.write_classes(plpy, req, None, result, data.data, keys, hierarchies, into)
+    out = publish.write_output(plpy, req, None, classes, keys, own, data.sa_codes, result, into)
+    reply.update(_check(plpy, req, table, {"": out, "_keys": keys}))
+    reply["il_sum"] = _il_sum(qis, result, p["ranges"], req.options.weights)
+    return json.dumps(reply)
+
+
+class _RollBack(Exception):
+    """Leaves the subtransaction of :func:`_dry_layout`, rolling it back."""
+
+
+def _dry_layout(plpy, req, data, own, result, hierarchies, into) -> dict:
+    """The columns of the relations the shard would write: created WITH NO DATA in a
+    subtransaction that is then rolled back."""
+    found = {}
+    try:
+        with plpy.subtransaction():
+            keys = publish.write_keys(plpy, req, None, data.keys, result, into)
+            classes = publish.write_classes(plpy, req, None, result, data.data, keys, hierarchies, into)
+            publish.write_output(plpy, req, None, classes, keys, own, data.sa_codes, result, into)
+            found.update(_layout(plpy, into.tables))
+            raise _RollBack
+    except _RollBack:
+        pass
+    return found
+
+
+def _check(plpy, req, table, built) -> dict:
+    """The shard's part of the pre-swap check: its rows once each (keys, output and shard
+    rows), and its classes' exact EMDs against the whole table's SA counts."""
+    partition.check_every_row_once(plpy, req, built)
+    ec, codes, n = partition._part_groups(plpy, req, table, built[""])
+    written = np.bincount(codes, weights=n, minlength=len(table.counts)).astype(np.int64)
+    if (written > table.counts).any():
+        raise partition._changed()
+    measured, real = against_table(ec, codes, n, table.counts, table.domain())
+    sizes = np.asarray(measured.sizes[real], dtype=np.int64)
+    partition._check_classes_match_keys(partition._keys_per_class(plpy, built["_keys"]), measured.class_ids[real],
+                                        sizes)
+    return {"rows": int(sizes.sum()), "classes": len(sizes),
+            "violations": int(np.count_nonzero(measured.violating(req.t, req.k)[real])),
+            "min_class_size": int(sizes.min()), "max_class_size": int(sizes.max()),
+            "max_emd": float(measured.emd[real].max()), "discernibility": metrics.discernibility(sizes),
+            "sa_counts": written.tolist()}
+
+
+def _il_sum(qis, result, ranges, weights) -> float:
+    """The shard's classes' information loss times their sizes, numerical QIs normalized by the
+    whole table's ranges (so the run's AIL is the rows' mean, as on one node)."""
+    ils = []
+    for qi, g in zip(qis, result.generalization):
+        if qi.numerical:
+            lo, hi = ranges[qi.name]
+            ils.append(metrics.il_numerical(g, lo, hi))
+        else:
+            ils.append(metrics.il_categorical(g))
+    return float((metrics.il_per_class(ils, weights) * result.sizes).sum())

@@ -1,0 +1,169 @@
+"""The push-down of sabre_anonymize on a Citus distributed table (plpython/batch/citus_shards.py;
+docs/scale-out.md, "Citus (built)"): the shard-local design, each shard anonymized on the worker
+that holds it against the whole table's SA distribution, on tests/citus/conftest.py's cluster."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from sabre_pg import cli
+
+ROWS = 2400
+SHARDS = 4
+QIS = "ARRAY['age', 'sex', 'education']"
+RUN = ("SELECT run_id, rows, classes, min_class_size, max_emd, ail FROM sabre.sabre_anonymize("
+       "source => 'public.pd'::regclass, quasi_identifiers => " + QIS + ", sensitive => 'salary', t => 0.3, "
+       "k => %s, output => %s, method => %s, options => '{\"keep\": [\"id\"]}')")
+
+
+@pytest.fixture(scope="module")
+def pd(citus_cluster):
+    """sabre on every node; public.pd (sabre-pg gen) distributed by id in 4 shards."""
+    dsn = citus_cluster.dsn
+    assert cli.main(["install", "--dsn", dsn]) == 0
+    assert cli.main(["gen", "--dsn", dsn, "--table", "pd", "--rows", str(ROWS), "--replace"]) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_catalog.create_distributed_table('public.pd', 'id', shard_count => %s)", (SHARDS,))
+        yield conn
+        conn.execute("DROP TABLE IF EXISTS public.pd CASCADE")
+
+
+def _placement(conn, relation):
+    return conn.execute("SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey), "
+                        "colocationid FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
+                        (relation,)).fetchone()
+
+
+def _rchar(conn) -> int:
+    """Bytes the connection's backend (the coordinator's) has read: files and sockets alike."""
+    pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["rchar"])
+
+
+def test_each_shard_is_anonymized_on_its_worker(pd):
+    conn = pd
+    run_id, rows, classes, min_size, max_emd, ail = conn.execute(RUN, (5, "public.pd_anon", "refine")).fetchone()
+    assert rows == ROWS and classes > SHARDS and min_size >= 5 and max_emd <= 0.3 and 0 < ail < 1
+    # the run says it was pushed down, shard by shard, over both workers
+    parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
+    assert (parts["citus"], parts["parts"], parts["workers"]) == ("shard-local", SHARDS, 2)
+    # every relation colocated with the source: the rows never left their shard's worker
+    source = _placement(conn, "public.pd")
+    assert _placement(conn, "public.pd_anon") == source
+    assert _placement(conn, "public.pd_anon_classes") == ("h", "shard_key", source[2])
+    assert _placement(conn, "public.pd_anon_keys") == ("h", "key", source[2])
+    # every source row exactly once, with its own SA value (a colocated join, on the workers)
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.pd_anon").fetchone() == (ROWS, ROWS)
+    assert conn.execute("SELECT count(*) FROM public.pd c FULL JOIN public.pd_anon o USING (id) WHERE c.id IS NULL "
+                        "OR o.id IS NULL OR c.salary IS DISTINCT FROM o.salary").fetchone()[0] == 0
+    # class ids unique over the shards; each class's rows on one shard (its shard_key's)
+    assert conn.execute("SELECT count(*), count(DISTINCT ec_id) FROM public.pd_anon_classes").fetchone() \
+        == (classes, classes)
+    assert conn.execute("SELECT count(*) FROM (SELECT o.ec_id FROM public.pd_anon o GROUP BY o.ec_id "
+                        "HAVING count(DISTINCT pg_catalog.get_shard_id_for_distribution_column('public.pd', o.id)) "
+                        "> 1) x").fetchone()[0] == 0
+    # the exact verifier, reading the distributed output from the coordinator: every class
+    # within t of the WHOLE table and >= k
+    assert conn.execute("SELECT * FROM sabre.sabre_verify('public.pd_anon'::regclass, 'salary', 0.3::float8, 5)"
+                        ).fetchone() == (classes, 0, pytest.approx(max_emd), min_size)
+
+
+def test_the_coordinator_reads_far_less_than_the_table(pd):
+    """Behaviour, not time: the coordinator backend's bytes read (/proc/<pid>/io rchar) in a
+    pushed-down run against a run of the same call through the coordinator ('mondrian' pushed
+    down against 'ak', which reads every row on the coordinator), and the workers' replies."""
+    conn = pd
+    table = conn.execute("SELECT pg_catalog.citus_table_size('public.pd')").fetchone()[0]
+    read = {}
+    for method in ("ak", "mondrian"):
+        before = _rchar(conn)
+        run_id = conn.execute(RUN, (5, "public.pd_io_" + method, method)).fetchone()[0]
+        read[method] = _rchar(conn) - before
+    parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
+    print("coordinator read:", read, "table bytes:", table, "replies:", parts["reply_bytes"])
+    assert parts["citus"] == "shard-local" and parts["reply_bytes"] < table / 10
+    assert read["mondrian"] < table / 2 and read["mondrian"] < read["ak"] / 2
+
+
+def test_a_worker_stopped_mid_run_fails_it_and_keeps_the_old_output(pd, citus_cluster):
+    conn = pd
+    run_id, _, classes = conn.execute(RUN, (5, "public.pd_kept", "refine")).fetchone()[:3]
+    worker = citus_cluster.workers[1]
+    # stop the second worker while the first shard is being anonymized on the first
+    watch = citus_cluster.workers[0]
+    started = threading.Event()
+
+    def stop_when_started():
+        with psycopg.connect(watch.dsn(tcp=True), autocommit=True) as w:
+            for _ in range(600):
+                if w.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE query LIKE "
+                             "'%sabre_citus_shard_impl%' AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0]:
+                    started.set()
+                    worker.stop()
+                    return
+                time.sleep(0.02)
+
+    stopper = threading.Thread(target=stop_when_started)
+    stopper.start()
+    try:
+        with pytest.raises(psycopg.Error) as ei:
+            conn.execute(RUN, (8, "public.pd_kept", "refine"))
+    finally:
+        stopper.join()
+        citus_cluster.start_node(worker)
+    e = ei.value
+    print("worker stopped mid-run:", e.sqlstate, e.diag.message_primary, "HINT:", e.diag.message_hint)
+    assert started.is_set()
+    assert e.sqlstate == "08006", (e.sqlstate, str(e))
+    assert "could not reach a node" in e.diag.message_primary and "previous output" in e.diag.message_hint
+    # the old output, intact on every node
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.pd_kept").fetchone() == (ROWS, ROWS)
+    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.pd_kept'::regclass, 'salary', "
+                        "0.3::float8, 5)").fetchone() == (classes, 0)
+    assert f"sabre-pg run {run_id}," in conn.execute(
+        "SELECT pg_catalog.obj_description('public.pd_kept'::regclass, 'pg_class')").fetchone()[0]
+    # nothing of the failed run left behind: no temporary relation on the coordinator or a worker
+    for dsn in [citus_cluster.dsn] + citus_cluster.worker_dsns:
+        with psycopg.connect(dsn) as node:
+            assert node.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname LIKE 'sabre_tmp%'"
+                                ).fetchone()[0] == 0
+
+
+def test_a_shard_that_cannot_meet_t_publishes_nothing(pd):
+    """A shard's rows alone too far from the whole table for t: a clear error, nothing published."""
+    conn = pd
+    with pytest.raises(psycopg.Error) as ei:
+        conn.execute(RUN.replace("t => 0.3", "t => 0.001"), (5, "public.pd_tight", "refine"))
+    e = ei.value
+    print(e.sqlstate, e.diag.message_primary, "HINT:", e.diag.message_hint)
+    assert e.sqlstate == "22023" and "against the whole table" in e.diag.message_primary
+    assert "fewer shards" in e.diag.message_hint
+    assert conn.execute("SELECT pg_catalog.to_regclass('public.pd_tight')").fetchone()[0] is None
+
+
+def test_an_analyst_without_usage_on_sabre_on_a_worker_gets_a_clear_error(pd, citus_cluster):
+    """sabre's schema is each node's own: a grant made on the coordinator alone is not enough for
+    a pushed-down run, and the error says what the DBA grants on the workers."""
+    dba = pd
+    dba.execute("DROP ROLE IF EXISTS sec_bob")
+    dba.execute("CREATE ROLE sec_bob LOGIN")
+    try:
+        dba.execute("CREATE SCHEMA bob AUTHORIZATION sec_bob")
+        dba.execute("GRANT USAGE ON SCHEMA sabre TO sec_bob")      # the coordinator's sabre only
+        dba.execute("GRANT SELECT ON public.pd TO sec_bob")
+        with psycopg.connect(citus_cluster.dsn, user="sec_bob", autocommit=True) as bob:
+            with pytest.raises(psycopg.Error) as ei:
+                bob.execute(RUN, (5, "bob.pd", "refine"))
+            e = ei.value
+            assert e.sqlstate == "42501" and "Citus worker" in e.diag.message_primary
+            assert "run_command_on_workers($$GRANT USAGE ON SCHEMA sabre TO sec_bob$$)" in e.diag.message_hint
+            assert bob.execute("SELECT pg_catalog.to_regclass('bob.pd')").fetchone()[0] is None
+    finally:
+        dba.execute("DROP SCHEMA IF EXISTS bob CASCADE")
+        dba.execute("DROP OWNED BY sec_bob")
+        dba.execute("DROP ROLE sec_bob")
