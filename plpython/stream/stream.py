@@ -586,33 +586,40 @@ def one_advance(plpy, s, req, phases):
     return row
 
 
-ENGINES = ("sabre", "refine")
+ENGINES = ("sabre", "refine", "window")
 
 
 def engine_for(method) -> str:
-    """The window engine a new stream records (``sabre.streams.engine``): 'refine' (the searched
-    cuts of :func:`sabre_pg.core.window.refine_partition`) for method 'refine', the default;
-    'sabre' (SABRE with the stream's method on the unpublished rows, :func:`sabre_partition`)
-    for the others.  A stream keeps the engine it was created with: a registry row without
-    one (created before engines were recorded, or migrated from 0.2) runs 'sabre', whatever
-    its method."""
-    return "refine" if method == "refine" else "sabre"
+    """The window engine a new stream records (``sabre.streams.engine``): 'window' for method
+    'refine', the default (the whole window partitioned with ``sabre_anonymize``'s default
+    method, S_G's classes published as their rows expire: :func:`sabre_pg.core.window.advance`
+    with ``defer``); 'sabre' (SABRE with the stream's method on the unpublished rows,
+    :func:`sabre_partition`) for the others.  A stream keeps the engine it was created with:
+    'refine' (the searched cuts on the unpublished rows at every DIRECT,
+    :func:`sabre_pg.core.window.refine_partition`) for streams created with it; a registry row
+    without one (created before engines were recorded, or migrated from 0.2) runs 'sabre',
+    whatever its method."""
+    return "window" if method == "refine" else "sabre"
 
 
 def partition_of(s, req):
     """The DIRECT partition of the stream ``s``'s recorded engine."""
-    if (s.get("engine") or "sabre") == "refine":
+    engine_name = s.get("engine") or "sabre"
+    o = req.options
+    if engine_name == "refine":
         # 'fast' (the default): no merge passes (an advance's time); 'thorough': refine's own
-        return W.refine_partition(search=req.options.search, merges=0 if req.options.search == "fast" else None)
-    return W.sabre_partition(req.method, req.options.seed, req.options.takeout, req.options.weights,
-                             req.options.lookahead)
+        return W.refine_partition(search=o.search, merges=0 if o.search == "fast" else None)
+    method = "refine" if engine_name == "window" else req.method
+    return W.sabre_partition(method, o.seed, o.takeout, o.weights, o.lookahead, search=o.search, threads=o.threads)
 
 
 def engine(s, req, window, read, published, sg, a):
-    """The core's advance on the window read, with the stream's engine (:func:`partition_of`)."""
+    """The core's advance on the window read, with the stream's engine (:func:`partition_of`;
+    'window': ``defer``)."""
     wreq, summary, hierarchies, qis, codes, columns = read
     try:
-        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k, partition_of(s, req))
+        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k, partition_of(s, req),
+                         defer=s.get("engine") == "window")
     except (ValueError, ArithmeticError) as e:
         raise E.SabreError(E.INTERNAL, "SABRE_W advance %d failed: %s" % (a, e),
                            "Check the stream with sabre_stream_verify; report it if it persists.")
