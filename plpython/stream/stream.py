@@ -491,12 +491,20 @@ def deleted(n, window) -> E.SabreError:
         "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
 
 
-def read_window(plpy, s, req, window):
+def read_window(plpy, s, req, window, only=None):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
     QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
     (:func:`slide_window`), which takes the source's place in the request, its row numbers
-    the key's: the stages read it as the relation, and join it by row number."""
+    the key's: the stages read it as the relation, and join it by row number.  ``only``: the
+    window offsets of the rows to read (the others get the first of their values, and the SA
+    summary and codes are those of these rows): what a case 3 of the 'window' engine
+    publishes."""
     rows = slide_window(plpy, s, req, window)
+    expected = window.rows
+    if only is not None:
+        expected = window.rows[only]
+        rows = "(SELECT * FROM %s AS w WHERE w.%s OPERATOR(pg_catalog.=) ANY ('%s'::pg_catalog.int8[]))" % (
+            window_table(s), C.ident(ROW_NO), array_literal(expected.tolist()))
     wreq = dataclasses.replace(req, source=dict(req.source, qname=rows, read=rows), key=request.Key(
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
@@ -506,12 +514,22 @@ def read_window(plpy, s, req, window):
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     data = scan.read(plpy, wreq, encodings, summary)
-    order = row_order(window, data.keys)
+    order = row_order(window, data.keys, expected)
     if order is None:
-        raise deleted(window.size - data.rows, window)
+        raise deleted(len(expected) - data.rows, window)
     columns = [np.asarray(d)[order] for d in data.data]
+    codes = np.asarray(data.sa_codes)[order]
+    if only is not None:
+        columns, codes = [spread(c, only, window.size) for c in columns], spread(codes, only, window.size)
     qis = scan.quasi_identifiers(req, columns, hierarchies)
-    return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
+    return wreq, summary, hierarchies, qis, codes, columns
+
+
+def spread(values, at, n):
+    """``values`` placed at the offsets ``at`` of an array of ``n``, the others its first value."""
+    out = np.full(n, values[0], dtype=values.dtype) if len(values) else np.asarray(values)
+    out[at] = values
+    return out
 
 
 def check_hierarchies(s, req, hierarchies, current=None):
@@ -533,12 +551,14 @@ def check_hierarchies(s, req, hierarchies, current=None):
             "or drop the stream (sabre_stream_drop) and create it again to accept the new one.")
 
 
-def row_order(window, row_numbers):
+def row_order(window, row_numbers, expected=None):
     """The permutation putting the rows as read (their row numbers) into the window's row
-    order; None unless they are exactly the window's rows."""
+    order; None unless they are exactly the window's rows (or the ``expected`` row numbers,
+    ascending)."""
+    expected = window.rows if expected is None else expected
     read = np.asarray(row_numbers, dtype=np.int64)
     order = np.argsort(read, kind="stable")
-    return order if np.array_equal(read[order], window.rows) else None
+    return order if np.array_equal(read[order], expected) else None
 
 
 @contextmanager
@@ -565,8 +585,10 @@ def one_advance(plpy, s, req, phases):
               None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
     result, read = W.Advance(W.SKIP, None, None, sg), None
     if not published[:window.step].all():
+        # the 'window' engine's case 3 needs only the rows it publishes
+        only = W.deferred_rows(window, published, sg) if s.get("engine") == "window" else None
         with timed(phases, "read"):
-            read = read_window(plpy, s, req, window)
+            read = read_window(plpy, s, req, window, only)
         with timed(phases, "engine"):
             result = engine(s, req, window, read, published, sg, a)
     if result.publication is not None:

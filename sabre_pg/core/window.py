@@ -228,7 +228,8 @@ def advance(window: Window, qis, codes, domain: SADomain, published, sg: SG, t: 
     not cover the expiring rows, which happens when S_G is exhausted: every row of its window
     is published, so the next DIRECT partitions a window none of whose rows is published
     (D = 0, budget t).  Every class is then formed among the ω rows of its window, as a
-    tumbling run over blocks of ω rows forms it.
+    tumbling run over blocks of ω rows forms it.  Such a case 3 reads only the QIs of the rows
+    it publishes (:func:`deferred_rows`): the others may hold any values.
     """
     t = check_t(t)
     published = np.asarray(published, dtype=bool)
@@ -239,7 +240,7 @@ def advance(window: Window, qis, codes, domain: SADomain, published, sg: SG, t: 
     expiring = np.arange(window.size) < window.step
     if not (pending & expiring).any():
         return Advance(SKIP, None, None, sg)
-    if defer and sg.window is not None and not (pending & expiring & (sg.classes < 0)).any():
+    if defer and deferred_rows(window, published, sg) is not None:
         return _deferred(window, qis, expiring, sg)
     d = distance(codes, pending, domain)
     if d < Fraction(t):
@@ -281,6 +282,17 @@ def _indirect(window, qis, pending, expiring, d, sg: SG) -> Advance:
     idx = np.flatnonzero(sg.classes >= 0)
     publication = _publication(window, qis, idx, sg.classes[idx], np.ones(n, dtype=bool), sg.emds, sg.window)
     return Advance(INDIRECT, d, publication, SG.empty(window.size))
+
+
+def deferred_rows(window: Window, published, sg: SG) -> np.ndarray | None:
+    """The window offsets the 'window' engine's advance publishes without partitioning (the
+    rows of S_G's classes that hold an expiring unpublished row), or None when the advance is
+    no such case 3 (S_G does not hold every expiring unpublished row, or there is none)."""
+    expiring = np.arange(window.size) < window.step
+    due = ~np.asarray(published, dtype=bool) & expiring
+    if sg.window is None or not due.any() or (due & (sg.classes < 0)).any():
+        return None
+    return np.flatnonzero(np.isin(sg.classes, np.unique(sg.classes[due])))
 
 
 def _deferred(window, qis, expiring, sg: SG) -> Advance:
