@@ -10,7 +10,7 @@ server's seconds per phase (``<output>_log.phases``), AIL of the output
 (``sabre_utility`` against the whole census table, so every AIL shares one normalization).
 
 * **main**: ``rows`` rows with omega = 20,000 and I = 5,000 (the stream created with the
-  defaults: method and engine 'refine'), checked by ``sabre_stream_verify``, against the
+  defaults: method 'refine', engine 'window'), checked by ``sabre_stream_verify``, against the
   **tumbling-window baselines**: ``sabre_anonymize`` on each block of I rows alone and on each
   block of omega rows alone with SABRE-AK (the paper's), and on each block of omega rows alone
   with the default method ('refine');
