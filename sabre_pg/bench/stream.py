@@ -94,8 +94,11 @@ def utility_ail(conn, output: str, table: str, hierarchies: dict, schema: str) -
                          json.dumps({"hierarchies": hierarchies}))).fetchone()[0]
 
 
-def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, schema: str, t: float = T):
-    """An empty source shaped like ``table`` and the stream over it (earlier ones dropped)."""
+def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, schema: str, t: float = T,
+                 engine: str | None = None):
+    """An empty source shaped like ``table`` and the stream over it (earlier ones dropped);
+    ``engine``: the window engine recorded for it instead of the one a new stream gets (to
+    measure an earlier engine, as a stream created with it runs)."""
     qs = sql.Identifier(schema)
     if conn.execute(sql.SQL("SELECT 1 FROM {}.streams WHERE name = %s").format(qs), (NAME,)).fetchone():
         conn.execute(sql.SQL("SELECT {}.sabre_stream_drop(%s, purge => true)").format(qs), (NAME,))
@@ -108,14 +111,16 @@ def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, sch
                          "step => %s, options => %s::jsonb)").format(qs),
                  (NAME, SOURCE, CENSUS_QIS, CENSUS_SENSITIVE, t, K, omega, step,
                   json.dumps({"hierarchies": hierarchies})))
+    if engine:
+        conn.execute(sql.SQL("UPDATE {}.streams SET engine = %s WHERE name = %s").format(qs), (engine, NAME))
 
 
 def run_stream(conn, table: str, hierarchies: dict, rows: int, omega: int, step: int, schema: str,
-               tick: Callable[[], None], verify: bool = False, t: float = T) -> dict:
+               tick: Callable[[], None], verify: bool = False, t: float = T, engine: str | None = None) -> dict:
     """The stream over the first ``rows`` census rows arriving I at a time (autocommit ``conn``)."""
     qs = sql.Identifier(schema)
     conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(qs))         # warm the interpreter
-    fresh_stream(conn, table, hierarchies, omega, step, schema, t)
+    fresh_stream(conn, table, hierarchies, omega, step, schema, t, engine)
     per, calls, loaded = [], [], 0
     for _ in range(rows // step):
         conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE id > %s AND id <= %s").format(
@@ -191,6 +196,7 @@ def tumbling(conn, table: str, hierarchies: dict, rows: int, block: int, schema:
 def run(conn, cfg: dict, schema: str, tick: Callable[[], None] = lambda: None) -> dict:
     """Every experiment of :func:`plan` on ``conn`` (autocommit): the results by part."""
     results = {"t": T, "k": K, "config": dict(cfg)}
+    engine = {"engine": cfg["engine"]} if cfg.get("engine") else {}
     tables = {}
     for part, rows, omega, step in plan(cfg):
         if rows not in tables:
@@ -202,9 +208,11 @@ def run(conn, cfg: dict, schema: str, tick: Callable[[], None] = lambda: None) -
             method = DEFAULT_METHOD if kind == "tumbling_omega_default" else "ak"
             results[part] = tumbling(conn, table, hierarchies, rows, omega, schema, tick, method=method, t=t)
         elif kind == "main":
-            results[part] = run_stream(conn, table, hierarchies, rows, omega, step, schema, tick, verify=True, t=t)
+            results[part] = run_stream(conn, table, hierarchies, rows, omega, step, schema, tick, verify=True, t=t,
+                                       **engine)
         else:
-            results.setdefault(part, []).append(run_stream(conn, table, hierarchies, rows, omega, step, schema, tick))
+            results.setdefault(part, []).append(run_stream(conn, table, hierarchies, rows, omega, step, schema, tick,
+                                                           **engine))
     return results
 
 
@@ -216,8 +224,8 @@ def markdown(results: dict) -> str:
     """The report: main stream against the baselines, its phases, and the two sweeps."""
     m = results["main"]
     lines = ["# sabre-pg bench --stream (SABRE_W, t = %g, k = %d)" % (results["t"], results["k"]), "",
-             "Main: %d rows, omega = %d, I = %d: %d advances (cases %s); verify: %s" % (
-                 m["rows"], m["window_size"], m["step"], m["advances"], m["cases"],
+             "Main: %d rows, omega = %d, I = %d, engine %s: %d advances (cases %s); verify: %s" % (
+                 m["rows"], m["window_size"], m["step"], m.get("engine"), m["advances"], m["cases"],
                  ", ".join("%s %s" % kv for kv in (m.get("verify") or {}).items())), "",
              "| | total s | per advance s (mean / median / max) | AIL |", "|---|---|---|---|",
              "| SABRE_W | %.1f | %s / %s / %s | %.4f |" % (m["total_seconds"], _seconds(m["advance_mean"]),

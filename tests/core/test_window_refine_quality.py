@@ -111,7 +111,7 @@ def test_window_engine_is_not_coarser_than_tumbling_omega_with_the_default_metho
     """On a seeded census-like table the stream's classes (window engine) have an AIL at or
     below the tumbling-omega default-method run over the same rows; the 'refine' engine (searched
     cuts on the unpublished rows at every DIRECT) stays above it."""
-    qis, sa, _ = census(6400, seed=5)
+    qis, sa, _ = census(4800, seed=5)
     run, log = window_run(qis, sa, t)
     labels, _ = labels_of(log, len(sa))
     published = int((labels >= 0).sum())
