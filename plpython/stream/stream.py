@@ -499,10 +499,10 @@ def read_window(plpy, s, req, window, only=None):
     window offsets of the rows to read (the others get the first of their values, and the SA
     summary and codes are those of these rows): what a case 3 of the 'window' engine
     publishes."""
-    rows = slide_window(plpy, s, req, window)
-    expected = window.rows
+    expected = window.rows if only is None else window.rows[only]
+    if only is None or not holds(plpy, s, expected):
+        rows = slide_window(plpy, s, req, window)
     if only is not None:
-        expected = window.rows[only]
         rows = "(SELECT * FROM %s AS w WHERE w.%s OPERATOR(pg_catalog.=) ANY ('%s'::pg_catalog.int8[]))" % (
             window_table(s), C.ident(ROW_NO), array_literal(expected.tolist()))
     wreq = dataclasses.replace(req, source=dict(req.source, qname=rows, read=rows), key=request.Key(
@@ -523,6 +523,18 @@ def read_window(plpy, s, req, window, only=None):
         columns, codes = [spread(c, only, window.size) for c in columns], spread(codes, only, window.size)
     qis = scan.quasi_identifiers(req, columns, hierarchies)
     return wreq, summary, hierarchies, qis, codes, columns
+
+
+def holds(plpy, s, row_numbers) -> bool:
+    """Whether the session's window table holds the rows ``row_numbers`` as this session's
+    last advance of the stream recorded it (:func:`held_rows`); then the table is kept as it
+    is (the rows that entered since are copied by the next advance that slides it)."""
+    oid = table_oid(plpy, window_table(s))
+    held = None if oid is None else held_rows(s, oid)
+    if held is None or not (held["lo"] <= row_numbers.min() and row_numbers.max() <= held["hi"]):
+        return False
+    s["window_held"] = (oid, held["lo"], held["hi"])
+    return True
 
 
 def spread(values, at, n):
