@@ -12,7 +12,8 @@ stream <= 40 s.
 
     python benchmarks/bench_stream.py [--dsn CONNINFO] [--rows 500000] [--sweep-rows N]
         [--steps 1000,2000,5000,10000,20000] [--windows 5000,10000,20000,50000]
-        [--no-sweeps] [--no-baselines] [--ts 0.1,0.2] [--plots DIR] [--json out.json]
+        [--no-sweeps] [--no-baselines] [--ts 0.1,0.2] [--engine window|refine|sabre] [--plots DIR]
+        [--json out.json]
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def main(argv=None):
     p.add_argument("--no-baselines", action="store_true")
     p.add_argument("--ts", default=",".join("%g" % t for t in stream.OTHER_T),
                    help="other t for the main stream and the default-method omega baseline ('' for none)")
+    p.add_argument("--engine", choices=("window", "refine", "sabre"),
+                   help="record this engine for the bench's streams (default: the one a new stream gets)")
     p.add_argument("--plots", type=Path, help="directory for stream.md, fig15.png, fig16.png")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -61,7 +64,7 @@ def main(argv=None):
     cfg = dict(rows=args.rows, sweep_rows=args.sweep_rows or args.rows, baselines=not args.no_baselines,
                steps=[] if args.no_sweeps else [int(s) for s in args.steps.split(",")],
                windows=[] if args.no_sweeps else [int(w) for w in args.windows.split(",")],
-               ts=[float(t) for t in args.ts.split(",") if t.strip()])
+               ts=[float(t) for t in args.ts.split(",") if t.strip()], engine=args.engine)
     with psycopg.connect(dsn, autocommit=True) as conn:
         results = stream.run(conn, cfg, "sabre", progress(stream.planned_steps(cfg)))
     print(json.dumps(results, indent=1, default=str))

@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS @schema@.streams (
 );
 -- the hierarchies the stream uses, {name: {owner, sha256}} at creation: each advance refuses one changed since
 ALTER TABLE @schema@.streams ADD COLUMN IF NOT EXISTS hierarchies jsonb;
--- the window engine ('refine': searched cuts; 'sabre': SABRE with the stream's method), recorded at
+-- the window engine ('window': the whole window partitioned by the default method; 'refine': searched
+-- cuts at every DIRECT; 'sabre': SABRE with the stream's method), recorded at
 -- creation; NULL (streams created before it was recorded, or migrated from 0.2) runs 'sabre'
 ALTER TABLE @schema@.streams ADD COLUMN IF NOT EXISTS engine text;
 CREATE INDEX IF NOT EXISTS streams_by_name ON @schema@.streams (owner, name);     -- not unique

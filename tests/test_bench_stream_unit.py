@@ -42,8 +42,8 @@ def test_run_dispatches_each_part_and_generates_each_table_once(monkeypatch):
     monkeypatch.setattr(stream, "run_stream", lambda conn, table, h, rows, omega, step, schema, tick, verify=False,
                         t=stream.T: calls.append(("stream", table, omega, step, verify, t)) or {"omega": omega,
                                                                                              "step": step})
-    monkeypatch.setattr(stream, "tumbling", lambda conn, table, h, rows, block, schema, tick, method="ak", t=stream.T:
-                        calls.append(("tumbling", table, block, method, t)) or {"block": block, "method": method})
+    monkeypatch.setattr(stream, "tumbling", lambda conn, table, h, rows, block, schema, tick, method="ak", t=stream.T,
+                        same_rows=None: calls.append(("tumbling", table, block, method, t)) or {"block": block, "method": method})
     cfg = dict(rows=100, sweep_rows=50, steps=[10], windows=[20, 40], baselines=True, ts=[0.1])
     got = stream.run(None, cfg, "sabre")
     assert [c for c in calls if c[0] == "census"] == [("census", 100), ("census", 50)]

@@ -504,12 +504,20 @@ def deleted(n, window) -> E.SabreError:
         "A stream's source is append-only: restore the rows (sabre_stream_verify lists deletions).")
 
 
-def read_window(plpy, s, req, window):
+def read_window(plpy, s, req, window, only=None):
     """The window read by the scan stage, in row order: (window request, summary, hierarchies,
     QIs, SA codes, per-attribute data).  The window's rows are held in a temporary table
     (:func:`slide_window`), which takes the source's place in the request, its row numbers
-    the key's: the stages read it as the relation, and join it by row number."""
-    rows = slide_window(plpy, s, req, window)
+    the key's: the stages read it as the relation, and join it by row number.  ``only``: the
+    window offsets of the rows to read (the others get the first of their values, and the SA
+    summary and codes are those of these rows): what a case 3 of the 'window' engine
+    publishes."""
+    expected = window.rows if only is None else window.rows[only]
+    if only is None or not holds(plpy, s, expected):
+        rows = slide_window(plpy, s, req, window)
+    if only is not None:
+        rows = "(SELECT * FROM %s AS w WHERE w.%s OPERATOR(pg_catalog.=) ANY ('%s'::pg_catalog.int8[]))" % (
+            window_table(s), C.ident(ROW_NO), array_literal(expected.tolist()))
     wreq = dataclasses.replace(req, source=dict(req.source, qname=rows, read=rows), key=request.Key(
         ROW_NO, dict(req.key.col, typname="int8", type="bigint", notnull=True), True))
     hierarchies = scan.hierarchies(plpy, wreq)
@@ -519,12 +527,34 @@ def read_window(plpy, s, req, window):
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())
     data = scan.read(plpy, wreq, encodings, summary)
-    order = row_order(window, data.keys)
+    order = row_order(window, data.keys, expected)
     if order is None:
-        raise deleted(window.size - data.rows, window)
+        raise deleted(len(expected) - data.rows, window)
     columns = [np.asarray(d)[order] for d in data.data]
+    codes = np.asarray(data.sa_codes)[order]
+    if only is not None:
+        columns, codes = [spread(c, only, window.size) for c in columns], spread(codes, only, window.size)
     qis = scan.quasi_identifiers(req, columns, hierarchies)
-    return wreq, summary, hierarchies, qis, np.asarray(data.sa_codes)[order], columns
+    return wreq, summary, hierarchies, qis, codes, columns
+
+
+def holds(plpy, s, row_numbers) -> bool:
+    """Whether the session's window table holds the rows ``row_numbers`` as this session's
+    last advance of the stream recorded it (:func:`held_rows`); then the table is kept as it
+    is (the rows that entered since are copied by the next advance that slides it)."""
+    oid = table_oid(plpy, window_table(s))
+    held = None if oid is None else held_rows(s, oid)
+    if held is None or not (held["lo"] <= row_numbers.min() and row_numbers.max() <= held["hi"]):
+        return False
+    s["window_held"] = (oid, held["lo"], held["hi"])
+    return True
+
+
+def spread(values, at, n):
+    """``values`` placed at the offsets ``at`` of an array of ``n``, the others its first value."""
+    out = np.full(n, values[0], dtype=values.dtype) if len(values) else np.asarray(values)
+    out[at] = values
+    return out
 
 
 def check_hierarchies(s, req, hierarchies, current=None):
@@ -546,12 +576,14 @@ def check_hierarchies(s, req, hierarchies, current=None):
             "or drop the stream (sabre_stream_drop) and create it again to accept the new one.")
 
 
-def row_order(window, row_numbers):
+def row_order(window, row_numbers, expected=None):
     """The permutation putting the rows as read (their row numbers) into the window's row
-    order; None unless they are exactly the window's rows."""
+    order; None unless they are exactly the window's rows (or the ``expected`` row numbers,
+    ascending)."""
+    expected = window.rows if expected is None else expected
     read = np.asarray(row_numbers, dtype=np.int64)
     order = np.argsort(read, kind="stable")
-    return order if np.array_equal(read[order], window.rows) else None
+    return order if np.array_equal(read[order], expected) else None
 
 
 @contextmanager
@@ -578,8 +610,10 @@ def one_advance(plpy, s, req, phases):
               None if s["sg_first"] is None else W.Window(s["sg_first"], s["sg_last"] - s["sg_first"] + 1, s["step"]))
     result, read = W.Advance(W.SKIP, None, None, sg), None
     if not published[:window.step].all():
+        # the 'window' engine's case 3 needs only the rows it publishes
+        only = W.deferred_rows(window, published, sg) if s.get("engine") == "window" else None
         with timed(phases, "read"):
-            read = read_window(plpy, s, req, window)
+            read = read_window(plpy, s, req, window, only)
         with timed(phases, "engine"):
             result = engine(s, req, window, read, published, sg, a)
     if result.publication is not None:
@@ -599,33 +633,40 @@ def one_advance(plpy, s, req, phases):
     return row
 
 
-ENGINES = ("sabre", "refine")
+ENGINES = ("sabre", "refine", "window")
 
 
 def engine_for(method) -> str:
-    """The window engine a new stream records (``sabre.streams.engine``): 'refine' (the searched
-    cuts of :func:`sabre_pg.core.window.refine_partition`) for method 'refine', the default;
-    'sabre' (SABRE with the stream's method on the unpublished rows, :func:`sabre_partition`)
-    for the others.  A stream keeps the engine it was created with: a registry row without
-    one (created before engines were recorded, or migrated from 0.2) runs 'sabre', whatever
-    its method."""
-    return "refine" if method == "refine" else "sabre"
+    """The window engine a new stream records (``sabre.streams.engine``): 'window' for method
+    'refine', the default (the whole window partitioned with ``sabre_anonymize``'s default
+    method, S_G's classes published as their rows expire: :func:`sabre_pg.core.window.advance`
+    with ``defer``); 'sabre' (SABRE with the stream's method on the unpublished rows,
+    :func:`sabre_partition`) for the others.  A stream keeps the engine it was created with:
+    'refine' (the searched cuts on the unpublished rows at every DIRECT,
+    :func:`sabre_pg.core.window.refine_partition`) for streams created with it; a registry row
+    without one (created before engines were recorded, or migrated from 0.2) runs 'sabre',
+    whatever its method."""
+    return "window" if method == "refine" else "sabre"
 
 
 def partition_of(s, req):
     """The DIRECT partition of the stream ``s``'s recorded engine."""
-    if (s.get("engine") or "sabre") == "refine":
+    engine_name = s.get("engine") or "sabre"
+    o = req.options
+    if engine_name == "refine":
         # 'fast' (the default): no merge passes (an advance's time); 'thorough': refine's own
-        return W.refine_partition(search=req.options.search, merges=0 if req.options.search == "fast" else None)
-    return W.sabre_partition(req.method, req.options.seed, req.options.takeout, req.options.weights,
-                             req.options.lookahead)
+        return W.refine_partition(search=o.search, merges=0 if o.search == "fast" else None)
+    method = "refine" if engine_name == "window" else req.method
+    return W.sabre_partition(method, o.seed, o.takeout, o.weights, o.lookahead, search=o.search, threads=o.threads)
 
 
 def engine(s, req, window, read, published, sg, a):
-    """The core's advance on the window read, with the stream's engine (:func:`partition_of`)."""
+    """The core's advance on the window read, with the stream's engine (:func:`partition_of`;
+    'window': ``defer``)."""
     wreq, summary, hierarchies, qis, codes, columns = read
     try:
-        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k, partition_of(s, req))
+        return W.advance(window, qis, codes, summary.domain(), published, sg, req.t, req.k, partition_of(s, req),
+                         defer=s.get("engine") == "window")
     except (ValueError, ArithmeticError) as e:
         raise E.SabreError(E.INTERNAL, "SABRE_W advance %d failed: %s" % (a, e),
                            "Check the stream with sabre_stream_verify; report it if it persists.")

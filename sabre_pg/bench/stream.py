@@ -10,7 +10,7 @@ server's seconds per phase (``<output>_log.phases``), AIL of the output
 (``sabre_utility`` against the whole census table, so every AIL shares one normalization).
 
 * **main**: ``rows`` rows with omega = 20,000 and I = 5,000 (the stream created with the
-  defaults: method and engine 'refine'), checked by ``sabre_stream_verify``, against the
+  defaults: method 'refine', engine 'window'), checked by ``sabre_stream_verify``, against the
   **tumbling-window baselines**: ``sabre_anonymize`` on each block of I rows alone and on each
   block of omega rows alone with SABRE-AK (the paper's), and on each block of omega rows alone
   with the default method ('refine');
@@ -94,8 +94,11 @@ def utility_ail(conn, output: str, table: str, hierarchies: dict, schema: str) -
                          json.dumps({"hierarchies": hierarchies}))).fetchone()[0]
 
 
-def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, schema: str, t: float = T):
-    """An empty source shaped like ``table`` and the stream over it (earlier ones dropped)."""
+def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, schema: str, t: float = T,
+                 engine: str | None = None):
+    """An empty source shaped like ``table`` and the stream over it (earlier ones dropped);
+    ``engine``: the window engine recorded for it instead of the one a new stream gets (to
+    measure an earlier engine, as a stream created with it runs)."""
     qs = sql.Identifier(schema)
     if conn.execute(sql.SQL("SELECT 1 FROM {}.streams WHERE name = %s").format(qs), (NAME,)).fetchone():
         conn.execute(sql.SQL("SELECT {}.sabre_stream_drop(%s, purge => true)").format(qs), (NAME,))
@@ -108,14 +111,16 @@ def fresh_stream(conn, table: str, hierarchies: dict, omega: int, step: int, sch
                          "step => %s, options => %s::jsonb)").format(qs),
                  (NAME, SOURCE, CENSUS_QIS, CENSUS_SENSITIVE, t, K, omega, step,
                   json.dumps({"hierarchies": hierarchies})))
+    if engine:
+        conn.execute(sql.SQL("UPDATE {}.streams SET engine = %s WHERE name = %s").format(qs), (engine, NAME))
 
 
 def run_stream(conn, table: str, hierarchies: dict, rows: int, omega: int, step: int, schema: str,
-               tick: Callable[[], None], verify: bool = False, t: float = T) -> dict:
+               tick: Callable[[], None], verify: bool = False, t: float = T, engine: str | None = None) -> dict:
     """The stream over the first ``rows`` census rows arriving I at a time (autocommit ``conn``)."""
     qs = sql.Identifier(schema)
     conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(qs))         # warm the interpreter
-    fresh_stream(conn, table, hierarchies, omega, step, schema, t)
+    fresh_stream(conn, table, hierarchies, omega, step, schema, t, engine)
     per, calls, loaded = [], [], 0
     for _ in range(rows // step):
         conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE id > %s AND id <= %s").format(
@@ -156,9 +161,11 @@ def summarize(per: list, calls: list) -> dict:
 
 
 def tumbling(conn, table: str, hierarchies: dict, rows: int, block: int, schema: str,
-             tick: Callable[[], None], method: str = "ak", t: float = T) -> dict:
+             tick: Callable[[], None], method: str = "ak", t: float = T, same_rows: int | None = None) -> dict:
     """``sabre_anonymize`` with ``method`` on each block of ``block`` rows alone; AIL over all
-    blocks."""
+    blocks, and with ``same_rows`` (the rows a stream published, the first ones) also over the
+    blocks within them (``ail_same_rows``: the stream's rows only, its last window being
+    published only when more rows arrive)."""
     qs = sql.Identifier(schema)
     conn.execute("DROP TABLE IF EXISTS bench_tumbling_all")
     seconds, blocks, rest = 0.0, rows // block, None
@@ -181,16 +188,24 @@ def tumbling(conn, table: str, hierarchies: dict, rows: int, block: int, schema:
             sql.Literal(b * block), sql.SQL(", ").join(rest)))
         tick()
     ail = utility_ail(conn, "bench_tumbling_all", table, hierarchies, schema)
+    same = None
+    if same_rows and same_rows < blocks * block and same_rows % block == 0:
+        conn.execute(sql.SQL("CREATE TABLE bench_tumbling_same AS SELECT * FROM bench_tumbling_all WHERE ec_id < {}")
+                     .format(sql.Literal(same_rows)))
+        same = utility_ail(conn, "bench_tumbling_same", table, hierarchies, schema)
+        conn.execute("DROP TABLE bench_tumbling_same")
     conn.execute("DROP VIEW IF EXISTS bench_block CASCADE")
     conn.execute("DROP TABLE IF EXISTS bench_tumbling_all, bench_block_out, bench_block_out_classes, "
                  "bench_block_out_keys")
     return {"block": block, "blocks": blocks, "method": method, "t": t, "total_seconds": round(seconds, 3),
-            "per_block": round(seconds / max(blocks, 1), 4), "ail": ail}
+            "per_block": round(seconds / max(blocks, 1), 4), "ail": ail,
+            "ail_same_rows": same if same is not None else ail, "same_rows": same_rows if same is not None else rows}
 
 
 def run(conn, cfg: dict, schema: str, tick: Callable[[], None] = lambda: None) -> dict:
     """Every experiment of :func:`plan` on ``conn`` (autocommit): the results by part."""
     results = {"t": T, "k": K, "config": dict(cfg)}
+    engine = {"engine": cfg["engine"]} if cfg.get("engine") else {}
     tables = {}
     for part, rows, omega, step in plan(cfg):
         if rows not in tables:
@@ -200,11 +215,15 @@ def run(conn, cfg: dict, schema: str, tick: Callable[[], None] = lambda: None) -
         t = float(at) if at else T
         if step is None:
             method = DEFAULT_METHOD if kind == "tumbling_omega_default" else "ak"
-            results[part] = tumbling(conn, table, hierarchies, rows, omega, schema, tick, method=method, t=t)
+            stream_run = results.get("main" + ("@" + at if at else ""), {})
+            results[part] = tumbling(conn, table, hierarchies, rows, omega, schema, tick, method=method, t=t,
+                                     same_rows=stream_run.get("published"))
         elif kind == "main":
-            results[part] = run_stream(conn, table, hierarchies, rows, omega, step, schema, tick, verify=True, t=t)
+            results[part] = run_stream(conn, table, hierarchies, rows, omega, step, schema, tick, verify=True, t=t,
+                                       **engine)
         else:
-            results.setdefault(part, []).append(run_stream(conn, table, hierarchies, rows, omega, step, schema, tick))
+            results.setdefault(part, []).append(run_stream(conn, table, hierarchies, rows, omega, step, schema, tick,
+                                                           **engine))
     return results
 
 
@@ -216,8 +235,8 @@ def markdown(results: dict) -> str:
     """The report: main stream against the baselines, its phases, and the two sweeps."""
     m = results["main"]
     lines = ["# sabre-pg bench --stream (SABRE_W, t = %g, k = %d)" % (results["t"], results["k"]), "",
-             "Main: %d rows, omega = %d, I = %d: %d advances (cases %s); verify: %s" % (
-                 m["rows"], m["window_size"], m["step"], m["advances"], m["cases"],
+             "Main: %d rows, omega = %d, I = %d, engine %s: %d advances (cases %s); verify: %s" % (
+                 m["rows"], m["window_size"], m["step"], m.get("engine"), m["advances"], m["cases"],
                  ", ".join("%s %s" % kv for kv in (m.get("verify") or {}).items())), "",
              "| | total s | per advance s (mean / median / max) | AIL |", "|---|---|---|---|",
              "| SABRE_W | %.1f | %s / %s / %s | %.4f |" % (m["total_seconds"], _seconds(m["advance_mean"]),
@@ -235,10 +254,11 @@ def markdown(results: dict) -> str:
     if len(by_t) > 1:
         lines += ["", "By t (omega = %d, I = %d): the stream against tumbling omega with the default method" % (
             m["window_size"], m["step"]), "", "| t | SABRE_W AIL | advance median s | verify violations | "
-            "tumbling omega (default method) AIL |", "|---|---|---|---|---|"]
-        lines += ["| %g | %s | %s | %s | %s |" % (t, _seconds(r["ail"], 4), _seconds(r["advance_median"]),
-                                                (r.get("verify") or {}).get("violations", "–"),
-                                                _seconds((b or {}).get("ail"), 4)) for t, r, b in by_t]
+            "tumbling omega (default method) AIL | the same, over the stream's rows |", "|---|---|---|---|---|---|"]
+        lines += ["| %g | %s | %s | %s | %s | %s |" % (t, _seconds(r["ail"], 4), _seconds(r["advance_median"]),
+                                                     (r.get("verify") or {}).get("violations", "–"),
+                                                     _seconds((b or {}).get("ail"), 4),
+                                                     _seconds((b or {}).get("ail_same_rows"), 4)) for t, r, b in by_t]
     lines += ["", "Server seconds per phase of an advance (mean): " +
               ", ".join("%s %.3f" % kv for kv in m.get("phases", {}).items()), ""]
     for fig, part, x, title in FIGURES:

@@ -181,11 +181,15 @@ class Advance:
         return 0 if self.publication is None else self.publication.n_classes
 
 
-def sabre_partition(method="ak", seed=1, takeout="sweep", weights=None, lookahead=4):
-    """The DIRECT partition: SABRE on the unpublished rows with budget t − D."""
+def sabre_partition(method="ak", seed=1, takeout="sweep", weights=None, lookahead=4, search="fast",
+                    threads=1):
+    """The DIRECT partition: :func:`.sabre.anonymize` with ``method`` on the unpublished rows
+    with budget t − D (with 'refine', the batch runs' default, its whole pipeline: cut search,
+    rescue, merge passes, t-Mondrian kept where better; the 'window' engine's partition)."""
     def partition(qis, codes, domain, t, k):
         result = anonymize(qis, codes, domain, t, k, method=method, seed=seed, takeout=takeout,
-                           weights=weights, with_emds=False, lookahead=lookahead)
+                           weights=weights, with_emds=False, lookahead=lookahead, search=search,
+                           threads=threads)
         return result.ec, result.n_classes
     return partition
 
@@ -210,13 +214,22 @@ def refine_partition(merges: int | None = 0, search: str = "fast", expiring_firs
 
 
 def advance(window: Window, qis, codes, domain: SADomain, published, sg: SG, t: float, k: int,
-            partition: Callable | None = None) -> Advance:
+            partition: Callable | None = None, defer: bool = False) -> Advance:
     """One advance of SABRE_W over the window's rows (in row order).
 
     ``qis``: :class:`QuasiIdentifier` per QI over the window's rows; ``codes``: SA codes in the
     window's domain ``domain``; ``published``: per row, whether it was published before;
     ``sg``: S_G over the window's rows.  ``partition(qis, codes, domain, budget, k) -> (ec,
     C)`` partitions the unpublished rows (default SABRE-AK, :func:`sabre_partition`).
+
+    ``defer`` (the 'window' engine): while S_G holds every expiring unpublished row, the
+    advance publishes only S_G's classes that hold one (:func:`_deferred`, case 3) and keeps
+    the others for the advances where their rows expire; a DIRECT runs only when S_G does
+    not cover the expiring rows, which happens when S_G is exhausted: every row of its window
+    is published, so the next DIRECT partitions a window none of whose rows is published
+    (D = 0, budget t).  Every class is then formed among the ω rows of its window, as a
+    tumbling run over blocks of ω rows forms it.  Such a case 3 reads only the QIs of the rows
+    it publishes (:func:`deferred_rows`): the others may hold any values.
     """
     t = check_t(t)
     published = np.asarray(published, dtype=bool)
@@ -227,6 +240,8 @@ def advance(window: Window, qis, codes, domain: SADomain, published, sg: SG, t: 
     expiring = np.arange(window.size) < window.step
     if not (pending & expiring).any():
         return Advance(SKIP, None, None, sg)
+    if defer and deferred_rows(window, published, sg) is not None:
+        return _deferred(window, qis, expiring, sg)
     d = distance(codes, pending, domain)
     if d < Fraction(t):
         return _direct(window, qis, codes, domain, pending, expiring, d, t, k,
@@ -269,6 +284,34 @@ def _indirect(window, qis, pending, expiring, d, sg: SG) -> Advance:
     return Advance(INDIRECT, d, publication, SG.empty(window.size))
 
 
+def deferred_rows(window: Window, published, sg: SG) -> np.ndarray | None:
+    """The window offsets the 'window' engine's advance publishes without partitioning (the
+    rows of S_G's classes that hold an expiring unpublished row), or None when the advance is
+    no such case 3 (S_G does not hold every expiring unpublished row, or there is none)."""
+    expiring = np.arange(window.size) < window.step
+    due = ~np.asarray(published, dtype=bool) & expiring
+    if sg.window is None or not due.any() or (due & (sg.classes < 0)).any():
+        return None
+    return np.flatnonzero(np.isin(sg.classes, np.unique(sg.classes[due])))
+
+
+def _deferred(window, qis, expiring, sg: SG) -> Advance:
+    """Case 3 of the 'window' engine: S_G's classes that hold an expiring row are published
+    (each was checked exactly against S_G's window when it was formed: Theorem 6's argument
+    for INDIRECT holds for any subset of S_G), the others stay in S_G, renumbered."""
+    n = len(sg.emds)
+    idx = np.flatnonzero(sg.classes >= 0)
+    out = np.zeros(n, dtype=bool)
+    out[sg.classes[idx][expiring[idx]]] = True
+    publication = _publication(window, qis, idx, sg.classes[idx], out, sg.emds, sg.window)
+    new_id = np.full(n, -1, dtype=np.int64)
+    new_id[~out] = np.arange(int((~out).sum()))
+    classes = np.full(window.size, -1, dtype=np.int64)
+    classes[idx] = new_id[sg.classes[idx]]
+    kept = SG(classes, np.asarray(sg.emds)[~out], sg.window if (~out).any() else None)
+    return Advance(INDIRECT, None, publication, kept)
+
+
 def _publication(window, qis, idx, ec, out, emds, generating) -> Publication:
     """The classes ``out`` of the partition ``ec`` of rows ``idx``, renumbered 0..C-1."""
     mask = out[ec]
@@ -296,6 +339,7 @@ class StreamRun:
     k: int
     hierarchy: object = None
     partition: Callable | None = None
+    defer: bool = False
     done: int = 0
     published: np.ndarray = None
     sg_classes: np.ndarray = None
@@ -328,7 +372,7 @@ class StreamRun:
         qis, codes, domain = self.window_data(window)
         current = SG(self.sg_classes[rows], self.sg.emds, self.sg.window)
         result = advance(window, qis, codes, domain, self.published[rows], current, self.t, self.k,
-                         self.partition)
+                         self.partition, defer=self.defer)
         if result.publication is not None:
             self.published[window.first - 1 + result.publication.rows] = True
         if result.case != SKIP:

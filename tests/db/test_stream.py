@@ -141,6 +141,9 @@ def test_shifting_sa_goes_through_the_three_cases(pg_conn):
     expiring rows (Case 1); every class stays within t of its generating window."""
     make_source(pg_conn, 1600, shift_at=700)
     create(pg_conn, window_size=800, step=100, t=0.05, k=4)
+    # the paper's cases, where D decides between DIRECT and INDIRECT: engines 'refine' and 'sabre'
+    # (the default 'window' engine's case 3: tests/db/test_stream_window.py)
+    pg_conn.execute("UPDATE sabre.streams SET engine = 'refine' WHERE name = 'adm_w'")
     rows = advance(pg_conn)
     cases = [r["case_no"] for r in rows]
     assert len(rows) == 8 and cases[0] == 2

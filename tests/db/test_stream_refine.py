@@ -1,5 +1,5 @@
 """Streams with the searched cuts (issue #28, docs/streams.md "Engines"): a new stream records
-the 'refine' engine and publishes with it; rollback, cancel and another session leave every
+the 'window' engine and publishes with it, a stream recorded with 'refine' keeps it; rollback, cancel and another session leave every
 row published exactly once and verify clean; a stream keeps the engine it was created with --
 one whose registry row has none (created before engines were recorded, or migrated from 0.2)
 runs SABRE with its method, as before."""
@@ -34,27 +34,40 @@ def published_log(conn, output="admissions_sabre_w"):
     return conn.execute("SELECT advance_no, case_no, rows, classes FROM %s_log ORDER BY advance_no" % output).fetchall()
 
 
-def core_log(conn, partition, rows, window_size=400, step=100, t=0.3, k=4):
+def core_log(conn, partition, rows, window_size=400, step=100, t=0.3, k=4, defer=False):
     """The same stream run in memory by the core (numerical QIs age, zip; SA diagnosis)."""
     data = np.array(conn.execute("SELECT age, zip, diagnosis FROM admissions WHERE id <= %s ORDER BY id",
                                  (rows,)).fetchall(), dtype=np.float64)
     qis = [QuasiIdentifier("age", data[:, 0]), QuasiIdentifier("zip", data[:, 1])]
-    run = W.StreamRun(qis, data[:, 2], window_size, step, t, k, partition=partition)
+    run = W.StreamRun(qis, data[:, 2], window_size, step, t, k, partition=partition, defer=defer)
     return [(a, x.case, x.rows, x.classes) for a, x in run.run()]
 
 
-def test_new_stream_records_and_runs_the_refine_engine(pg_conn):
-    """Created with the defaults: method 'refine', engine 'refine'; the advances publish exactly
-    the classes the core's refine engine makes on the same rows, and verify is clean."""
+def test_new_stream_records_and_runs_the_window_engine(pg_conn):
+    """Created with the defaults: method 'refine', engine 'window'; the advances publish exactly
+    the classes the core's window engine makes on the same rows, and verify is clean."""
     make_source(pg_conn, 1000)
     create(pg_conn, qis=("age", "zip"))
-    assert registered(pg_conn, "ref_w") == ("refine", "refine")
+    assert registered(pg_conn, "ref_w") == ("refine", "window")
     got = advance(pg_conn, "ref_w")
     assert len(got) == 6
-    assert published_log(pg_conn) == core_log(pg_conn, W.refine_partition(), 1000)
+    assert published_log(pg_conn) == core_log(pg_conn, W.sabre_partition("refine"), 1000, defer=True)
     v = verify(pg_conn, "ref_w")
     assert_clean(v, 600)
     assert v["min_class_size"] >= 4 and v["max_emd"] <= 0.3
+
+
+def test_a_refine_engine_stream_keeps_the_refine_engine(pg_conn):
+    """A stream created while 'refine' was the default engine (its registry row says so) still
+    partitions the unpublished rows with the searched cuts at every DIRECT."""
+    make_source(pg_conn, 1000)
+    create(pg_conn, qis=("age", "zip"))
+    pg_conn.execute("UPDATE sabre.streams SET engine = 'refine' WHERE name = 'ref_w'")
+    advance(pg_conn, "ref_w")
+    got = published_log(pg_conn)
+    assert got == core_log(pg_conn, W.refine_partition(), 1000)
+    assert got != core_log(pg_conn, W.sabre_partition("refine"), 1000, defer=True)
+    assert_clean(verify(pg_conn, "ref_w"), 600)
 
 
 def test_streams_keep_their_engine(pg_conn):
