@@ -507,14 +507,27 @@ class _SortedPartitions:
         idx = _lower_bound(v, np.broadcast_to(first, bound.shape), np.broadcast_to(last, bound.shape), bound)
         return _clipped(idx - first, p.k, self.sizes[q] - p.k)
 
-    def row_groups(self, p, mine, cand):
-        """(group, code, count) of both parts of the candidates ``mine``, from their rows."""
-        if p.kernels is not None:
+    def row_groups(self, p, mine, cand, labelled=None):
+        """(group, code, count) of both parts of the candidates ``mine``, from their rows
+        (``labelled``: their :meth:`row_labels`, when the caller has them)."""
+        group, code, count = self.local_groups(p.codes, p.domain.m, mine, cand, labelled, p.kernels)
+        return 2 * mine[group >> 1] + (group & 1), code, count
+
+    def local_groups(self, codes, m, mine, cand, labelled=None, kernels=None):
+        """(group, code, count) of the SA ``codes`` (m values) in both parts of the
+        candidates ``mine``: group 2i for the left part of the i-th of ``mine``, 2i + 1 for
+        its right part; by the compiled ``kernels`` when given, else from ``labelled`` (or
+        :meth:`row_labels`)."""
+        if kernels is not None:
             q = cand["owner"][mine]
-            group, code, count = p.kernels.part_counts(self.starts[q], self.sizes[q], cand["pos"][mine],
-                                                       cand["strat"][mine], self.strat_left, self.rows,
-                                                       p.codes, p.domain.m)
-            return 2 * mine[group >> 1] + (group & 1), code, count
+            return kernels.part_counts(self.starts[q], self.sizes[q], cand["pos"][mine], cand["strat"][mine],
+                                       self.strat_left, self.rows, codes, m)
+        label, rows = self.row_labels(mine, cand) if labelled is None else labelled
+        return _grouped(label, codes[rows], m)
+
+    def row_labels(self, mine, cand):
+        """(label, row) of every row of both parts of the candidates ``mine``: label 2i for
+        the left part of the i-th of ``mine``, 2i + 1 for its right part (non-decreasing)."""
         size = self.sizes[cand["owner"][mine]]
         c = _segment_ids(size)      # the candidate (of mine) of every row visited
         at = np.arange(len(c)) - (np.cumsum(size) - size)[c]     # its position in its partition
@@ -522,8 +535,7 @@ class _SortedPartitions:
         right = at >= cand["pos"][mine][c]
         s = cand["strat"][mine][c]
         right[s] = ~self.strat_left[idx[s]]
-        group, code, count = _grouped(2 * c + right, p.codes[self.rows[idx]], p.domain.m)
-        return 2 * mine[group >> 1] + (group & 1), code, count
+        return 2 * c + right, self.rows[idx]
 
     def histograms(self, p, mine, cand):
         """(group, code, count) of both parts of the candidates ``mine``, from running code
@@ -606,14 +618,19 @@ def _check(p, orders, cand, pick, copies, with_emd=False, pmap=map) -> np.ndarra
             return None
         size = order.sizes[cand["owner"][mine]]
         dense = len(order.rows) * m <= DENSE_LIMIT and (len(order.rows) + 2 * len(mine)) * m < DENSE_GAIN * size.sum()
-        return order.histograms(p, mine, cand) if dense else order.row_groups(p, mine, cand)
+        if dense:
+            return order.histograms(p, mine, cand), None
+        # the rows found, kept for the other SAs' check (the compiled counts find none)
+        labelled = order.row_labels(mine, cand) if p.kernels is None else None
+        shared = (order, mine, labelled) if p.other_sas and labelled is not None else None
+        return order.row_groups(p, mine, cand, labelled), shared
 
-    parts = [g for g in pmap(groups, orders) if g is not None]
-    ec, codes, counts = (np.concatenate([x[i] for x in parts]) for i in range(3))
+    found = [g for g in pmap(groups, orders) if g is not None]
+    ec, codes, counts = (np.concatenate([x[0][i] for x in found]) for i in range(3))
     ok = t_close_groups(p, ec, codes, counts, copies, pick, with_emd)
     if p.other_sas:         # several SAs: every other SA checked too (multi_refine.py)
         from .multi_refine import other_sas_close
-        ok = other_sas_close(p, orders, cand, pick, copies, ok, with_emd, pmap)
+        ok = other_sas_close(p, orders, cand, pick, copies, ok, with_emd, pmap, [x[1] for x in found if x[1]])
     return ok
 
 

@@ -52,24 +52,43 @@ def sa_view(p: Partitioner, codes, domain, t, table) -> Partitioner:
     return v
 
 
-def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=False, pmap=map):
+def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=False, pmap=map, labelled=()):
     """The cut search's exact check (:func:`.cut_search._check`) extended to every further SA
     of ``p``: ``ok`` (per candidate of ``pick``: both parts k-anonymous and t-close on the
     primary SA; with ``with_emd``, (ok, larger EMD)) and, for the candidates that passed, both
     parts t_i-close on every other SA i, from the rows of the parts.  With ``with_emd`` the
     EMD returned is the largest ``EMD_i / t_i`` over the SAs, times the primary t (the cut
-    search divides it by that t)."""
-    from .cut_search import t_close_groups
+    search divides it by that t).
+
+    ``labelled``: (order, mine, (label, row)) of the orders whose primary check grouped the
+    rows of its candidates ``mine`` (:meth:`.cut_search._SortedPartitions.row_labels`): those
+    rows are counted again by every other SA's codes, without finding them again, only the
+    rows of the candidates still passing (the others' orders find theirs)."""
+    from .cut_search import _grouped, t_close_groups
 
     ok, emd = ok if with_emd else (ok, None)
     ok = ok.copy()
+    shared = {id(order): (mine, rows) for order, mine, rows in labelled}
+    alive = np.zeros(len(cand["owner"]), dtype=bool)
     for codes, domain, t, table in p.other_sas:
         live = pick[ok]
         if not len(live):
             break
+        alive[:] = False
+        alive[live] = True
         view = sa_view(p, codes, domain, t, table)
 
         def groups(order):
+            if id(order) in shared:
+                mine, (label, rows) = shared[id(order)]
+                keep = alive[mine]
+                if not keep.any():
+                    return None
+                if not keep.all():          # the rows of the candidates still passing
+                    at = keep[label >> 1]
+                    label, rows = label[at], rows[at]
+                group, code, count = _grouped(label, codes[rows], domain.m)
+                return 2 * mine[group >> 1] + (group & 1), code, count
             mine = live[cand["dim"][live] == order.j]
             return order.row_groups(view, mine, cand) if len(mine) else None
 
