@@ -76,9 +76,10 @@ def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=Fal
             break
         alive[:] = False
         alive[live] = True
-        view = sa_view(p, codes, domain, t, table)
 
         def groups(order):
+            """(candidates, (local group, code, count)): group 2i or 2i + 1 for the parts of
+            the i-th of the candidates, non-decreasing (the exact EMD need not sort them)."""
             if id(order) in shared:
                 mine, (label, rows) = shared[id(order)]
                 keep = alive[mine]
@@ -87,18 +88,28 @@ def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=Fal
                 if not keep.all():          # the rows of the candidates still passing
                     at = keep[label >> 1]
                     label, rows = label[at], rows[at]
-                group, code, count = _grouped(label, codes[rows], domain.m)
-                return 2 * mine[group >> 1] + (group & 1), code, count
-            mine = live[cand["dim"][live] == order.j]
-            return order.row_groups(view, mine, cand) if len(mine) else None
+            else:
+                mine = live[cand["dim"][live] == order.j]
+                if not len(mine):
+                    return None
+                label, rows = order.row_labels(mine, cand)
+            return mine, _grouped(label, codes[rows], domain.m)
 
-        parts = [g for g in pmap(groups, orders) if g is not None]
-        ec, sa_codes, counts = (np.concatenate([x[i] for x in parts]) for i in range(3))
-        found = t_close_groups(view, ec, sa_codes, counts, copies, live, with_emd)
+        found = [g for g in pmap(groups, orders) if g is not None]
+        base = np.cumsum([0] + [len(mine) for mine, _ in found])
+        ec, sa_codes, counts = (np.concatenate([g[i] + (2 * b if i == 0 else 0) for b, (_, g) in zip(base, found)])
+                                for i in range(3))
+        local = np.concatenate([mine for mine, _ in found])     # candidate of each local id
+        passed = t_close_groups(sa_view(p, codes, domain, t, table), ec, sa_codes, counts, copies,
+                                np.arange(len(local)), with_emd)
+        by_cand = np.zeros(len(alive), dtype=bool)
         if with_emd:
-            found, e = found
-            emd[ok] = np.maximum(emd[ok], e * p.t / t)
-        ok[ok] = found
+            passed, e = passed
+            e_cand = np.zeros(len(alive))
+            e_cand[local] = e
+            emd[ok] = np.maximum(emd[ok], e_cand[live] * p.t / t)
+        by_cand[local] = passed
+        ok[ok] = by_cand[live]
     return (ok, emd) if with_emd else ok
 
 
