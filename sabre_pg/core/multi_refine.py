@@ -64,7 +64,7 @@ def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=Fal
     rows of its candidates ``mine`` (:meth:`.cut_search._SortedPartitions.row_labels`): those
     rows are counted again by every other SA's codes, without finding them again, only the
     rows of the candidates still passing (the others' orders find theirs)."""
-    from .cut_search import _grouped, t_close_groups
+    from .cut_search import t_close_groups
 
     ok, emd = ok if with_emd else (ok, None)
     ok = ok.copy()
@@ -88,12 +88,13 @@ def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=Fal
                 if not keep.all():          # the rows of the candidates still passing
                     at = keep[label >> 1]
                     label, rows = label[at], rows[at]
+                labelled = (label, rows)
             else:
                 mine = live[cand["dim"][live] == order.j]
                 if not len(mine):
                     return None
-                label, rows = order.row_labels(mine, cand)
-            return mine, _grouped(label, codes[rows], domain.m)
+                labelled = None
+            return mine, order.local_groups(codes, domain.m, mine, cand, labelled, p.kernels)
 
         found = [g for g in pmap(groups, orders) if g is not None]
         base = np.cumsum([0] + [len(mine) for mine, _ in found])
