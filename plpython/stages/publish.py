@@ -157,9 +157,10 @@ class Into:
 
 # ---------------------------------------------------------------------------- side table
 def keys_sql(table, key, keys, result, into: Into | None = None):
-    """(SQL, types, params) of the side table, in index order (bucket, hilbert_key): one
-    unnest of the Hilbert keys and bit-packed words holding the EC id, the bucket and (integer
-    keys whose range fits) the source key as an offset from its minimum; other keys as text."""
+    """(SQL, types, params) of the side table, in index order (bucket, hilbert_key): the
+    Hilbert keys as one bytea read back through a varbit (a list past transfer.BYTEA_VALUES),
+    and an unnest of bit-packed words holding the EC id, the bucket and (integer keys whose
+    range fits) the source key as an offset from its minimum; other keys as text."""
     order = result.by_bucket_and_key()
     fields = [("ec", result.ec[order]), ("bucket", result.bucket_of_tuple[order])]
     integer = isinstance(keys, np.ndarray)
@@ -169,10 +170,18 @@ def keys_sql(table, key, keys, result, into: Into | None = None):
         fields.insert(0, ("key", keys[order] - base))
     pack = T.BitPack(fields)
     words = ["u.w%d" % j for j in range(len(pack.words))]
-    columns = ["pg_catalog.unnest($1::int8[]) AS hilbert_key"] + [
-        "pg_catalog.unnest($%d::int8[]) AS w%d" % (j + 2, j) for j in range(len(words))]
-    params = [result.keys[order].tolist()] + [w.tolist() for w in pack.words]
+    hilbert = result.keys[order]
+    columns = ["pg_catalog.unnest($%d::int8[]) AS w%d" % (j + 2, j) for j in range(len(words))]
+    params = [None] + [w.tolist() for w in pack.words]
     types = ["int8[]"] * len(params)
+    source = ""
+    if len(hilbert) <= T.BYTEA_VALUES:     # the 19-digit keys as one bytea (transfer.BYTEA_VALUES)
+        params[0], types[0], hilbert_key = T.int8_bytea(hilbert), "bytea", T.int8_at("u.bits", "u.i")
+        columns[:0] = ["b.bits", "pg_catalog.generate_series(0, %d) AS i" % (len(hilbert) - 1)]
+        source = " FROM (SELECT %s AS bits) AS b" % T.bytea_bits_sql("$1")
+    else:
+        params[0], hilbert_key = hilbert.tolist(), "u.hilbert_key"
+        columns.insert(0, "pg_catalog.unnest($1::int8[]) AS hilbert_key")
     if packed_key:
         key_expr = "(%d::int8 + %s)" % (base, pack.sql("key", words))
     else:
@@ -185,8 +194,8 @@ def keys_sql(table, key, keys, result, into: Into | None = None):
     ec = pack.sql("ec", words)
     if into is not None:        # class ids from the part's offset
         ec = "(%d::pg_catalog.int8 OPERATOR(pg_catalog.+) %s)" % (into.offset, ec)
-    select = "SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, %s AS ec_id FROM (SELECT %s) AS u" % (
-        key_expr, key.col["type"], pack.sql("bucket", words), ec, ", ".join(columns))
+    select = "SELECT %s::%s AS key, %s::int AS bucket, %s AS hilbert_key, %s AS ec_id FROM (SELECT %s%s) AS u" % (
+        key_expr, key.col["type"], pack.sql("bucket", words), hilbert_key, ec, ", ".join(columns), source)
     sql = "CREATE UNLOGGED TABLE %s AS %s" % (table, select) if into is None else into.write("_keys", select, True)
     return sql, types, params
 
