@@ -212,8 +212,8 @@ def write_keys(plpy, req, run, keys, result, into: Into | None = None):
 
 
 def index_keys(plpy, req, run, table, rows: int | None = None):
-    """The side table's btree on (bucket, hilbert_key), for the Hilbert methods only.  Of
-    ``rows`` known and small enough (:func:`index_sort_settings`), one in-memory sort."""
+    """The side table's btree on (bucket, hilbert_key), for the Hilbert methods only: with
+    ``rows`` known and few enough (:func:`index_sort_settings`), one serial in-memory sort."""
     if req.method in HILBERT_METHODS:
         with C.settings(plpy, **index_sort_settings(plpy, rows)):
             plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
