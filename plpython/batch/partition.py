@@ -600,7 +600,7 @@ def _finish(plpy, req, run, prev, built, written, clock, n_parts, auto_rows=None
     with clock.phase("build_output"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run.run_id, "c_pkey"))))
-        publish.index_keys(plpy, req, run, built["_keys"])
+        publish.index_keys(plpy, req, run, built["_keys"], int(written.sizes.sum()))
         publish.owner_only(plpy, built["_keys"])
         # (statistics, so the exactly-once check hashes the keys: without them the planner
         # guessed 200 keys and probed the source's index once per row, 12 s at 1M rows)

@@ -10,7 +10,9 @@ costs more than the SABRE engine itself.  Two techniques keep that cost down:
   Python objects (and cheaper in the server than ``array_send(array_agg(...))``).
 * **Writing**: small non-negative integers (EC ids, buckets, codes, range ends) are bit-packed
   into as few ``bigint`` elements as possible (:class:`BitPack`) and unpacked in SQL with
-  shifts and masks, so fewer elements cross the boundary.
+  shifts and masks, so fewer elements cross the boundary.  Large int8 values (Hilbert keys),
+  whose 19-digit text form is the costly part, travel as one ``bytea`` read back through a
+  ``varbit`` (:func:`int8_bytea`, :func:`int8_at`).
 
 Pure numpy: unit-tested without a server.
 """
@@ -55,6 +57,29 @@ def decode_array(buf, sqltype: str, n: int) -> np.ndarray:
         raise ValueError("expected %d %s values (%d bytes), got %d bytes: NULLs or a malformed read"
                          % (n, sqltype, n * dt.itemsize, len(buf)))
     return np.frombuffer(buf, dtype=dt, count=n).astype(native)
+
+
+# An int8 column of at most this many values whose values are large (Hilbert keys: 19 digits,
+# whose text form PL/Python builds and int8in parses per element) travels as one bytea instead
+# of a list: 1M values 0.35 s against 0.48 s of backend CPU (benchmarks/bench_transfer.py).
+# (Small values gain nothing: 0.27 s both.)  The bound keeps the varbit's bit positions in int4.
+BYTEA_VALUES = 1 << 22
+
+
+def int8_bytea(values) -> bytes:
+    """``values`` as one ``bytea`` of big-endian int8 (what :func:`int8_at` reads back)."""
+    return np.asarray(values, dtype=">i8").tobytes()
+
+
+def bytea_bits_sql(param: str) -> str:
+    """SQL ``varbit`` of the :func:`int8_bytea` parameter ``param`` (made once per statement)."""
+    return ("('x' OPERATOR(pg_catalog.||) pg_catalog.encode(%s, 'hex'))::pg_catalog.varbit" % param)
+
+
+def int8_at(bits: str, i: str) -> str:
+    """SQL int8: value number ``i`` (int4, from 0) of :func:`bytea_bits_sql` ``bits``."""
+    return ("pg_catalog.substring(%s, %s OPERATOR(pg_catalog.*) 64 OPERATOR(pg_catalog.+) 1, 64)"
+            "::pg_catalog.bit(64)::pg_catalog.int8" % (bits, i))
 
 
 WORD_BITS = 63          # bigint without its sign bit: shifts stay non-negative

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sabre_pg.core.generalize import ECIndex
+from sabre_pg.core.generalize import ECIndex, stable_argsort
 
 from ..shared import citus, closeness
 from ..shared import common as C
@@ -41,6 +41,10 @@ from ..shared import transfer as T
 EXACT_RANGE_TYPES = ("numeric", "interval", "timestamp", "timestamptz", "time", "timetz")
 PACKED_OFFSET_BITS = 62        # integer range ends whose offsets need more travel as int8 (not packed)
 SUBSCRIPT_LABELS = 256         # hierarchies with at most this many nodes label by array subscript
+# labels of at most this many UTF-8 bytes fit a ``name`` (63 bytes) in any server encoding (a
+# character takes at most 4/3 of its UTF-8 bytes there); NAME_LABELS bounds the name[] (64 B each)
+NAME_LABEL_BYTES = 47
+NAME_LABELS = 1 << 16
 # methods whose classes are runs of the Hilbert order: their side table gets the btree on (bucket,
 # hilbert_key) in the run; for the others ('refine', 'mondrian') the rows are written in that order
 # and the index is left out (a quarter of write_keys; nothing sabre runs reads it; docs/anonymize.md)
@@ -153,9 +157,10 @@ class Into:
 
 # ---------------------------------------------------------------------------- side table
 def keys_sql(table, key, keys, result, into: Into | None = None):
-    """(SQL, types, params) of the side table, in index order (bucket, hilbert_key): one
-    unnest of the Hilbert keys and bit-packed words holding the EC id, the bucket and (integer
-    keys whose range fits) the source key as an offset from its minimum; other keys as text."""
+    """(SQL, types, params) of the side table, in index order (bucket, hilbert_key): the
+    Hilbert keys as one bytea read back through a varbit (a list past transfer.BYTEA_VALUES),
+    and an unnest of bit-packed words holding the EC id, the bucket and (integer keys whose
+    range fits) the source key as an offset from its minimum; other keys as text."""
     order = result.by_bucket_and_key()
     fields = [("ec", result.ec[order]), ("bucket", result.bucket_of_tuple[order])]
     integer = isinstance(keys, np.ndarray)
@@ -165,10 +170,18 @@ def keys_sql(table, key, keys, result, into: Into | None = None):
         fields.insert(0, ("key", keys[order] - base))
     pack = T.BitPack(fields)
     words = ["u.w%d" % j for j in range(len(pack.words))]
-    columns = ["pg_catalog.unnest($1::int8[]) AS hilbert_key"] + [
-        "pg_catalog.unnest($%d::int8[]) AS w%d" % (j + 2, j) for j in range(len(words))]
-    params = [result.keys[order].tolist()] + [w.tolist() for w in pack.words]
+    hilbert = result.keys[order]
+    columns = ["pg_catalog.unnest($%d::int8[]) AS w%d" % (j + 2, j) for j in range(len(words))]
+    params = [None] + [w.tolist() for w in pack.words]
     types = ["int8[]"] * len(params)
+    source = ""
+    if len(hilbert) <= T.BYTEA_VALUES:     # the 19-digit keys as one bytea (transfer.BYTEA_VALUES)
+        params[0], types[0], hilbert_key = T.int8_bytea(hilbert), "bytea", T.int8_at("u.bits", "u.i")
+        columns[:0] = ["b.bits", "pg_catalog.generate_series(0, %d) AS i" % (len(hilbert) - 1)]
+        source = " FROM (SELECT %s AS bits) AS b" % T.bytea_bits_sql("$1")
+    else:
+        params[0], hilbert_key = hilbert.tolist(), "u.hilbert_key"
+        columns.insert(0, "pg_catalog.unnest($1::int8[]) AS hilbert_key")
     if packed_key:
         key_expr = "(%d::int8 + %s)" % (base, pack.sql("key", words))
     else:
@@ -181,8 +194,8 @@ def keys_sql(table, key, keys, result, into: Into | None = None):
     ec = pack.sql("ec", words)
     if into is not None:        # class ids from the part's offset
         ec = "(%d::pg_catalog.int8 OPERATOR(pg_catalog.+) %s)" % (into.offset, ec)
-    select = "SELECT %s::%s AS key, %s::int AS bucket, u.hilbert_key, %s AS ec_id FROM (SELECT %s) AS u" % (
-        key_expr, key.col["type"], pack.sql("bucket", words), ec, ", ".join(columns))
+    select = "SELECT %s::%s AS key, %s::int AS bucket, %s AS hilbert_key, %s AS ec_id FROM (SELECT %s%s) AS u" % (
+        key_expr, key.col["type"], pack.sql("bucket", words), hilbert_key, ec, ", ".join(columns), source)
     sql = "CREATE UNLOGGED TABLE %s AS %s" % (table, select) if into is None else into.write("_keys", select, True)
     return sql, types, params
 
@@ -193,16 +206,40 @@ def write_keys(plpy, req, run, keys, result, into: Into | None = None):
         return into.tables["_keys"]
     table = req.output.temporary_qualified(run.run_id, "k")
     execute(plpy, keys_sql(table, req.key, keys, result))
-    index_keys(plpy, req, run, table)
+    index_keys(plpy, req, run, table, len(result.ec))
     owner_only(plpy, table)
     return table
 
 
-def index_keys(plpy, req, run, table):
-    """The side table's btree on (bucket, hilbert_key), for the Hilbert methods only."""
+def index_keys(plpy, req, run, table, rows: int | None = None):
+    """The side table's btree on (bucket, hilbert_key), for the Hilbert methods only: with
+    ``rows`` known and few enough (:func:`index_sort_settings`), one serial in-memory sort."""
     if req.method in HILBERT_METHODS:
-        plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
-            C.ident(req.output.temporary(run.run_id, "k_idx")), table))
+        with C.settings(plpy, **index_sort_settings(plpy, rows)):
+            plpy.execute("CREATE INDEX %s ON %s (bucket, hilbert_key)" % (
+                C.ident(req.output.temporary(run.run_id, "k_idx")), table))
+
+
+# bytes of maintenance_work_mem per row for the side table's index build to sort in memory
+# (trace_sort: 71,452 kB for 1M rows); up to INDEX_SORT_MAX_BYTES a run raises it for that build
+INDEX_SORT_BYTES_PER_ROW = 80
+INDEX_SORT_MAX_BYTES = 256 << 20
+
+
+def index_sort_settings(plpy, rows: int | None) -> dict:
+    """Transaction-local settings for the side table's CREATE INDEX: the rows arrive presorted,
+    so one serial in-memory sort (a linear pass) beats the default (parallel workers, each
+    spilling a sorted run to disk for the leader to merge, at 64MB): 1M rows under load 9,
+    1.18-1.59 s against 1.73-1.77 s, half the CPU (docs/evaluation.md).  Nothing is changed
+    when the rows are unknown, too many, or the server's memory is already enough."""
+    if not rows:
+        return {}
+    need = rows * INDEX_SORT_BYTES_PER_ROW
+    if need > INDEX_SORT_MAX_BYTES:
+        return {}
+    have = plpy.execute("SELECT pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')) AS b")
+    kb = max(int(have[0]["b"]), need) // 1024 + 1
+    return {"maintenance_work_mem": "%dkB" % kb, "max_parallel_maintenance_workers": 0}
 
 
 def execute(plpy, statement):
@@ -341,8 +378,14 @@ class _Statement:
         return self.pack.sql(name, self.words)
 
     def label(self, name, labels):
-        """A hierarchy node's label: by subscript of a short list, else a hash join."""
+        """A hierarchy node's label: by subscript of a ``name[]`` when every label fits a
+        ``name`` (fixed width: the subscript is O(1)), else of a short text list, else a hash join."""
         self.params.append(labels)
+        if fits_name(labels):
+            self.types.append("pg_catalog.name[]")
+            # (a name's collation is "C": the label column keeps the default one, as text[] gave)
+            return '(($%d::pg_catalog.name[])[%s + 1])::pg_catalog.text COLLATE pg_catalog."default" AS %s' % (
+                len(self.params), self.field(name), C.ident(name))
         self.types.append("text[]")
         if len(labels) <= SUBSCRIPT_LABELS:     # a short text array: subscripting beats a join
             return "($%d::text[])[%s + 1] AS %s" % (len(self.params), self.field(name), C.ident(name))
@@ -350,6 +393,11 @@ class _Statement:
         self.joins.append("JOIN pg_catalog.unnest($%d::text[]) WITH ORDINALITY AS l%d(label, id) "
                           "ON l%d.id = %s + 1" % (len(self.params), j, j, self.field(name)))
         return "l%d.label AS %s" % (j, C.ident(name))
+
+
+def fits_name(labels) -> bool:
+    """Whether every label travels intact as a ``name`` (see NAME_LABEL_BYTES)."""
+    return len(labels) <= NAME_LABELS and all(len(label.encode("utf-8")) <= NAME_LABEL_BYTES for label in labels)
 
 
 def write_classes(plpy, req, run, result, data, keys_table, hierarchies, into: Into | None = None):
@@ -379,7 +427,7 @@ def shuffled_by_class(ec: np.ndarray, n_classes: int) -> np.ndarray:
     class's rows then says nothing about the source's order or values."""
     rng = np.random.default_rng(secrets.randbits(128))
     perm = rng.permutation(len(ec))
-    return perm[np.argsort(ec[perm], kind="stable")]
+    return perm[stable_argsort(ec[perm])]       # (radix passes: 1M rows 0.04 s against 0.12 s)
 
 
 def output_from_classes_query(req, classes, summary, codes, result, offset: int = 0):

@@ -194,10 +194,12 @@ class _Result:
         self.ec = np.repeat(np.arange(len(sizes)), 1)        # one scanned row per class
 
 
-def test_classes_statement_keeps_qi_order_and_labels():
+def _classes_statement(prefix: str):
+    """(SQL, types, params, small, large) of a classes statement with a 2-label and a 300-label
+    hierarchy whose labels start with ``prefix``."""
     from sabre_pg.core.generalize import CategoricalNode, NumericalRange
-    small = Hierarchy.flat(["a", "b"])
-    large = Hierarchy.flat(["v%d" % i for i in range(300)])
+    small = Hierarchy.flat([prefix + "a", prefix + "b"])
+    large = Hierarchy.flat([prefix + "v%d" % i for i in range(300)])
     req = request([("tag", TEXT, "categorical"), ("age", INT4, "numerical"), ("w", FLOAT, "numerical"),
                    ("big", TEXT, "categorical")], ("sal", INT4, "numerical"))
     result = _Result([CategoricalNode(np.array([0, 2]), small), NumericalRange(np.array([20, 30]), np.array([29, 40])),
@@ -206,13 +208,34 @@ def test_classes_statement_keeps_qi_order_and_labels():
     table = P.ClassesTable(req, result, [None, np.array([20, 40]), np.array([0.5, 2.0]), None], "keys",
                            {"tag": small, "big": large})
     sql, types, params = table.statement('"public"."c"')
+    return sql, types, params, small, large
+
+
+def test_classes_statement_keeps_qi_order_and_labels():
+    sql, types, params, small, large = _classes_statement("")
     select = sql.split(" FROM (SELECT ")[0]
     positions = [select.index(' AS "%s"' % c) for c in ("tag", "age_lo", "age_hi", "w_lo", "w_hi", "big")]
     assert positions == sorted(positions)
-    assert '::text[])[' in select                          # the small hierarchy by subscript
-    assert "WITH ORDINALITY AS l" in sql                    # the large one by a join
+    # labels that fit a name: both hierarchies by O(1) subscript of a name[], default collation
+    assert select.count('::pg_catalog.name[])[') == 2 and "WITH ORDINALITY" not in sql
+    assert select.count('COLLATE pg_catalog."default"') == 2
     assert len(types) == len(params) and params[0] == [0.1, 0.2]
+    assert types.count("pg_catalog.name[]") == 2 and small.labels == params[types.index("pg_catalog.name[]")]
+
+
+def test_classes_statement_long_labels():
+    """Labels longer than a name may hold: a short list by text[] subscript, a long one by a join."""
+    sql, types, params, small, large = _classes_statement("x" * P.NAME_LABEL_BYTES)
+    select = sql.split(" FROM (SELECT ")[0]
+    assert '::text[])[' in select and "name[]" not in sql    # the small hierarchy by subscript
+    assert "WITH ORDINALITY AS l" in sql                    # the large one by a join
     assert small.labels == params[types.index("text[]")]
+
+
+def test_fits_name():
+    assert P.fits_name(["a" * P.NAME_LABEL_BYTES, "b"]) and not P.fits_name(["a" * (P.NAME_LABEL_BYTES + 1)])
+    assert not P.fits_name(["é" * (P.NAME_LABEL_BYTES // 2 + 1)])       # UTF-8 bytes, not characters
+    assert P.fits_name([]) and not P.fits_name(["v"] * (P.NAME_LABELS + 1))
 
 
 def test_previous_output_must_be_a_recorded_run_of_the_caller():
