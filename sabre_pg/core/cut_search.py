@@ -188,6 +188,12 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
         elif mine.any():
             r, side = s.members(ids[mine], cand["pos"][c][mine], cand["strat"][c][mine])
             right[r] = side
+    return _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owners, every, pmap, K)
+
+
+def _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owners, every, pmap, K):
+    """The round's cuts applied: partitions renumbered, the orders split (:func:`_search_round`
+    returns this)."""
     # ids in partition order: q's slots are 3q (q uncut), 3q + 1 and 3q + 2 (its parts), so
     # the orders stay grouped by partition id and a cut only splits its partition's segment
     slots = np.zeros((n_parts, 3), dtype=bool)

@@ -368,6 +368,15 @@ def bucketizations(q, ts, domain: SADomain, lookahead: int) -> list:
         extra *= 2
 
 
+def _takeout(method, takeout, bucket, qis, keys, plan, seed):
+    """(class of every tuple, (bucket, key) order or None) of SABRE-KNN or SABRE-AK's takeOut."""
+    if method == "knn":
+        return takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed), None
+    if takeout == "sweep":
+        return takeout_sweep(bucket, keys, plan.templates, return_order=True)
+    return takeout_ak(bucket, keys, plan.templates, seed=seed), None
+
+
 def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str = "ak",
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
@@ -435,12 +444,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
         if reference is not None:
             raise ValueError("a reference distribution takes method 'refine' or 'mondrian'")
         with stopwatch.phase("takeout"):
-            if method == "knn":
-                ec = takeout_knn(bucket, normalized_points(qis), keys, plan.templates, seed=seed)
-            elif takeout == "sweep":
-                ec, bucket_key_order = takeout_sweep(bucket, keys, plan.templates, return_order=True)
-            else:
-                ec = takeout_ak(bucket, keys, plan.templates, seed=seed)
+            ec, bucket_key_order = _takeout(method, takeout, bucket, qis, keys, plan, seed)
     n_classes = int(ec.max()) + 1
     with stopwatch.phase("generalize"):
         index = ECIndex(ec, n_classes)
