@@ -59,13 +59,13 @@ COMMENT ON FUNCTION @schema@.sabre_publish_parts(regclass, text[], text, double 
 -- Citus push-down (docs/scale-out.md, "Citus (built)"): one shard of a distributed source
 -- anonymized on the worker that holds it, called by sabre_anonymize on the coordinator in a
 -- router query of its own distributed transaction.  Internal; they run as the caller.
-CREATE OR REPLACE FUNCTION @schema@.sabre_citus_shard_impl(request jsonb, shard_value text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @schema@.sabre_citus_shard(request jsonb, shard_value text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 @bootstrap@
 from sabre_plpy.batch import citus_shards
 return citus_shards.shard_run(plpy, request, shard_value)
 $fn$;
-COMMENT ON FUNCTION @schema@.sabre_citus_shard_impl(jsonb, text) IS
+COMMENT ON FUNCTION @schema@.sabre_citus_shard(jsonb, text) IS
     'Internal: one shard of a Citus distributed source anonymized on its worker against the whole table''s SA '
     'counts, written into the colocated shards of the run''s relations and checked; returns aggregates only';

@@ -5,9 +5,9 @@ On the coordinator (:func:`run`): the SA summary, the categorical QIs' values, t
 ranges and one row per shard (a distribution value of one of its rows, its row count) are
 aggregates that Citus pushes down; only groups reach the coordinator.  Then every shard is
 anonymized **on the worker that holds it** by :func:`shard_run` (the SQL function
-``sabre_citus_shard_impl``), in one statement of the run's own transaction::
+``sabre_citus_shard``), in one statement of the run's own transaction::
 
-    SELECT s.<col>::text, sabre.sabre_citus_shard_impl('<request>'::jsonb, s.<col>::text)
+    SELECT s.<col>::text, sabre.sabre_citus_shard('<request>'::jsonb, s.<col>::text)
     FROM <source> AS s WHERE s.<col> = ANY (<one value per shard>)
 
 Citus sends each shard's task to its worker, over the connection of the coordinator's
@@ -203,14 +203,14 @@ def _privileged(plpy, shard: Shard, statement):
 
 
 def _call_all(plpy, req, column, parts: list, base: dict, each: dict) -> list:
-    """sabre_citus_shard_impl on every shard of ``parts`` (``each``: their requests by their
+    """sabre_citus_shard on every shard of ``parts`` (``each``: their requests by their
     row's distribution value) in one multi-shard statement; the replies in ``parts``' order."""
     if not parts:
         return []
     rows = _privileged(plpy, parts[0], lambda: plpy.execute(plpy.prepare(
         "SELECT s.%s::pg_catalog.text AS v, %s($1::jsonb, s.%s::pg_catalog.text) AS r FROM %s AS s "
         "WHERE s.%s OPERATOR(pg_catalog.=) ANY ($2::%s[])" % (
-            C.ident(column), C.catalog("sabre_citus_shard_impl"), C.ident(column), req.source["read"],
+            C.ident(column), C.catalog("sabre_citus_shard"), C.ident(column), req.source["read"],
             C.ident(column), req.columns[column]["type"]), ["text", "text[]"]),
         [json.dumps(dict(base, shards=each)), [p.value for p in parts]]))
     by_value = {r["v"]: json.loads(r["r"]) for r in rows}
@@ -250,7 +250,7 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     with clock.phase("partition"):      # the shards, on their workers
         # the layout of the run's relations: the first shard's, written WITH NO DATA in a
         # subtransaction its worker rolls back (nothing stays there)
-        layout = _call(plpy, req, column, parts[0], "sabre_citus_shard_impl", dict(
+        layout = _call(plpy, req, column, parts[0], "sabre_citus_shard", dict(
             base, shard=parts[0].name, offset=0, routing=parts[0].routing, layout=True,
             tables={s: req.output.temporary_qualified(run_.run_id, "l" + tag) for s, tag in TAGS}))["layout"]
         _create(plpy, req, built, layout, column)

@@ -102,7 +102,7 @@ def test_a_worker_stopped_mid_run_fails_it_and_keeps_the_old_output(pd, citus_cl
         with psycopg.connect(watch.dsn(tcp=True), autocommit=True) as w:
             for _ in range(600):
                 if w.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE query LIKE "
-                             "'%sabre_citus_shard_impl%' AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0]:
+                             "'%sabre_citus_shard%' AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0]:
                     started.set()
                     worker.stop()
                     return

@@ -9,7 +9,7 @@ import pytest
 
 from sabre_pg import installer
 
-INTERNAL = {"sabre_selftest", "stream_migrate"}       # no user calls these
+INTERNAL = {"sabre_selftest", "stream_migrate", "sabre_citus_shard"}   # no user calls these (the last: a Citus run calls it on the workers)
 
 
 def rendered() -> str:
