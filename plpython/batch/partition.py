@@ -506,7 +506,7 @@ def run(plpy, req, clock: Stopwatch, run_part, summary=None):
         with clock.phase("build_output"):
             publish.execute(plpy, _union_sql(plpy, built["_classes"], [written_by_parts], "_classes", written))
             plpy.execute("DROP TABLE %s" % written_by_parts["_classes"])
-        return _finish(plpy, req, run_, prev, built, written, clock, len(parts), max_rows)
+        return _finish(plpy, req, run_, prev, built, written, clock, len(parts), max_rows, own=True)
 
 
 # ---------------------------------------------------------------------------- publish
