@@ -9,17 +9,20 @@ coordinator backend, reporting
 
 * the wall time and the function's own seconds, classes, AIL and the largest class EMD;
 * ``sabre_verify`` of the output, read on the coordinator: classes over t or under k;
-* the coordinator backend's bytes read and written (``/proc/<pid>/io`` ``rchar``/``wchar``: files
-  and sockets alike, so the rows the workers send it are counted) and its peak memory
-  (``VmHWM``), when the coordinator runs on this machine; beside them the table's size
-  (``pg_total_relation_size``, over the shards for the distributed one);
+* when the coordinator runs on this machine: the bytes its backend received from and sent to the
+  workers over its TCP sockets (:class:`sabre_pg.bench.netio.SocketBytes`, the kernel's per-socket
+  counters; ``/proc/<pid>/io`` ``rchar`` misses them: libpq reads with ``recv()``), its file bytes
+  read and written (``rchar``/``wchar``, what the one-node run reads) and its peak memory
+  (``VmHWM``); beside them the table's size (``pg_total_relation_size``, over the shards for the
+  distributed one);
 * how the output is placed (``pg_dist_partition``: distributed and colocated, or local).
 
 The issue's target is that the coordinator receives less than a tenth of the table's size; the
-run reports the ratio, which today (rows still pass through the coordinator) is not met.
+run reports the ratio (bytes received from the workers over the table's size).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -27,6 +30,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from sabre_pg.bench.netio import SocketBytes
 from sabre_pg.bench.speed import K, T, backend_memory, ensure_table, load_average
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE
 
@@ -51,7 +55,8 @@ def require_citus(conn) -> int:
 
 
 def _proc_io(conn) -> dict | None:
-    """rchar/wchar of the connection's backend, when the server is local."""
+    """rchar/wchar of the connection's backend (file reads and writes, not its sockets' recv/send),
+    when the server is local."""
     if backend_memory(conn) is None:
         return None
     pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
@@ -108,13 +113,17 @@ def time_run(dsn: str, table: str, hierarchies: dict, schema: str, keep: list) -
         conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(qs))
         size = table_bytes(conn, table)
         io_before, load = _proc_io(conn), load_average()
+        pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
+        ports = [p for (p,) in conn.execute("SELECT nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0")]
+        sockets = SocketBytes(pid, ports) if io_before is not None else None
         t0 = time.perf_counter()
-        row = conn.execute(sql.SQL(
-            "SELECT run_id, output::text, rows, classes, min_class_size, max_emd, ail, seconds FROM "
-            "{}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, sensitive => %s, t => %s, "
-            "k => %s, options => %s::jsonb)").format(qs),
-            (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K,
-             json.dumps({"hierarchies": hierarchies, "keep": keep}))).fetchone()
+        with sockets or contextlib.nullcontext():
+            row = conn.execute(sql.SQL(
+                "SELECT run_id, output::text, rows, classes, min_class_size, max_emd, ail, seconds FROM "
+                "{}.sabre_anonymize(source => %s::regclass, quasi_identifiers => %s, sensitive => %s, t => %s, "
+                "k => %s, options => %s::jsonb)").format(qs),
+                (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K,
+                 json.dumps({"hierarchies": hierarchies, "keep": keep}))).fetchone()
         wall = time.perf_counter() - t0
         io_after, mem = _proc_io(conn), backend_memory(conn)
         run_id, output = row[0], row[1]
@@ -131,8 +140,8 @@ def time_run(dsn: str, table: str, hierarchies: dict, schema: str, keep: list) -
             (output_oid,)).fetchone()
         if classes_oid is not None:
             where["_classes"] = placement(conn, classes_oid[0])
-    received = None if io_before is None or io_after is None else {
-        key: io_after[key] - io_before[key] for key in io_before}
+    received = None if io_before is None or io_after is None or sockets.result() is None else {
+        **{key: io_after[key] - io_before[key] for key in io_before}, **sockets.result()}
     return {"table": table, "output": output, "rows": row[2], "classes": row[3], "min_class_size": row[4],
             "max_emd": row[5], "ail": row[6], "seconds": row[7], "wall": wall, "load": load,
             "table_bytes": size, "coordinator_io": received, "coordinator_vmhwm_mb": (mem or {}).get("VmHWM"),
@@ -140,16 +149,34 @@ def time_run(dsn: str, table: str, hierarchies: dict, schema: str, keep: list) -
                        "min_class_size": checked[3]}, "placement": where}
 
 
+def coordinator_share(r: dict) -> float | None:
+    """What the coordinator backend took in over the table's size: for the distributed table the
+    bytes received from the workers (sockets), for the local one the file bytes it read."""
+    io = r["coordinator_io"]
+    if io is None:
+        return None
+    return (io["received"] if r.get("distributed") else io["rchar"]) / max(r["table_bytes"], 1)
+
+
+def network_per_row(r: dict) -> float | None:
+    """The coordinator backend's socket bytes to and from the workers over the source rows."""
+    io = r["coordinator_io"]
+    if io is None or not r.get("distributed"):
+        return None
+    return (io["received"] + io["sent"]) / max(r["rows"], 1)
+
+
 def describe(r: dict) -> str:
     io = r["coordinator_io"]
-    share = "n/a (coordinator not local)" if io is None else (
-        f"read {io['rchar'] / 1e6:.1f} MB, wrote {io['wchar'] / 1e6:.1f} MB = "
-        f"{io['rchar'] / max(r['table_bytes'], 1):.2f}x the table's {r['table_bytes'] / 1e6:.1f} MB read "
-        "(target < 0.1x)")
+    share = "n/a (coordinator not local, or its sockets not visible)" if io is None else (
+        f"received {io['received'] / 1e6:.3f} MB from the workers, sent {io['sent'] / 1e6:.3f} MB "
+        f"({io['sockets']} sockets); files read {io['rchar'] / 1e6:.1f} MB, written {io['wchar'] / 1e6:.1f} MB; "
+        f"{coordinator_share(r):.4f}x the table's {r['table_bytes'] / 1e6:.1f} MB "
+        + ("received" if r.get("distributed") else "read") + " (target < 0.1x)")
     v = r["verify"]
     if io is not None and r.get("distributed"):
-        share += (f"; network <= {(io['rchar'] + io['wchar']) / max(r['rows'], 1):.1f} bytes per source row "
-                  "(the coordinator backend's reads + writes: shard-local moves no row between workers)")
+        share += (f"; network {network_per_row(r):.2f} bytes per source row to and from the coordinator "
+                  "(shard-local moves no row between workers)")
     return "\n".join([
         f"   {r['table']}: {r['wall']:.2f} s wall ({r['seconds']:.2f} s inside), {r['classes']:,} classes, "
         f"AIL {r['ail']:.4f}, max EMD {r['max_emd']:.4f}; load {r['load']}",
@@ -179,13 +206,13 @@ def run_citus(dsn: str, sizes, schema: str = "sabre", echo=print, shards: int | 
 
 
 def table_md(results: list) -> str:
-    lines = ["| rows | table | seconds | classes | AIL | violations | coordinator read / table | "
-             "network bytes per row (at most) | output |",
+    lines = ["| rows | table | seconds | classes | AIL | violations | coordinator received (distributed) or "
+             "read (local) / table | coordinator network bytes per row | output |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        io = r["coordinator_io"]
-        ratio = "n/a" if io is None else f"{io['rchar'] / max(r['table_bytes'], 1):.2f}"
-        net = "-" if io is None or not r["distributed"] else f"{(io['rchar'] + io['wchar']) / max(r['rows'], 1):.1f}"
+        share, net = coordinator_share(r), network_per_row(r)
+        ratio = "n/a" if share is None else f"{share:.4f}"
+        net = "-" if net is None else f"{net:.2f}"
         lines.append(f"| {r['rows']:,} | {'distributed' if r['distributed'] else 'local'} | {r['wall']:.2f} | "
                      f"{r['classes']:,} | {r['ail']:.4f} | {r['verify']['violations']} | {ratio} | {net} | "
                      f"{r['placement']['output']} |")

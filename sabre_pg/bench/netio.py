@@ -1,0 +1,123 @@
+"""The bytes a local PostgreSQL backend receives from (and sends to) other servers over TCP, counted
+by the kernel per socket (``ss``'s ``bytes_received``/``bytes_sent``), for ``sabre-pg bench
+--citus`` and tests/citus: what a Citus coordinator's backend receives from its workers.
+
+``/proc/<pid>/io`` ``rchar`` does NOT count this: libpq (and so Citus's connections to the
+workers) reads its sockets with ``recv()``, which Linux leaves out of ``rchar`` (checked on the
+test cluster: pulling 50,000 rows, 5.1 MB of tuple data by Citus's EXPLAIN ANALYZE, changed the
+coordinator backend's ``rchar`` by 0, while its sockets received 6.0 MB).
+
+Citus opens more connections than it keeps (one per shard task, closed at the end of the
+statement or transaction), so a before/after snapshot of the backend's sockets misses the closed
+ones. :class:`SocketBytes` therefore polls ``ss -tinp`` while the measured call runs (to learn
+which sockets are the backend's) and listens to ``ss -tinE`` (the kernel's socket-destroy events,
+which carry each closed socket's final counters). A socket closed before any poll saw it is not
+attributed to the backend; its bytes, when its peer is one of the given ports, are reported apart
+as ``unattributed_received`` (other backends of the machine talking to the same servers, or the
+workers' own connections to each other on a one-machine test cluster).
+
+Needs ``ss`` (iproute2) and the right to see the backend's sockets (root, or the server's OS
+user); otherwise :meth:`SocketBytes.result` is None.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+_COUNTER = re.compile(r"\b(bytes_received|bytes_sent):(\d+)")
+
+
+def _parse(text: str) -> dict:
+    """{(local, peer): (owner pid or None, bytes_received, bytes_sent)} from ``ss -ti[p]H`` output."""
+    sockets = {}
+    for block in re.split(r"\n(?=\S)", text):
+        fields = block.split()
+        if len(fields) < 5:
+            continue
+        counters = dict((k, int(v)) for k, v in _COUNTER.findall(block))
+        owner = re.search(r"pid=(\d+),", block)
+        sockets[(fields[3], fields[4])] = (int(owner.group(1)) if owner else None,
+                                           counters.get("bytes_received", 0), counters.get("bytes_sent", 0))
+    return sockets
+
+
+def _port(address: str) -> int | None:
+    try:
+        return int(address.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class SocketBytes:
+    """``with SocketBytes(pid, peer_ports) as s: ...``; then ``s.result()``: the bytes the backend
+    ``pid`` received from and sent to peers on ``peer_ports`` (its TCP sockets to them, open
+    before, opened during, closed during), ``{"received", "sent", "sockets",
+    "unattributed_received"}``, or None when ``ss`` cannot see the backend's sockets."""
+
+    def __init__(self, pid: int, peer_ports, interval: float = 0.02):
+        self.pid, self.ports, self.interval = pid, set(peer_ports), interval
+        self.available = shutil.which("ss") is not None and os.path.exists(f"/proc/{pid}")
+        self.before: dict = {}
+        self.owned: dict = {}       # (local, peer) -> latest (received, sent) seen while the pid owned it
+        self._stop = threading.Event()
+
+    def _snapshot(self) -> dict:
+        out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True).stdout
+        return {k: v for k, v in _parse(out).items() if v[0] == self.pid and _port(k[1]) in self.ports}
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            for key, (_, received, sent) in self._snapshot().items():
+                self.owned[key] = (received, sent)
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        if not self.available:
+            return self
+        self._events = subprocess.Popen(["ss", "-tinEH"], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.2)                                     # the listener is subscribed
+        self.before = {k: (v[1], v[2]) for k, v in self._snapshot().items()}
+        self.owned = dict(self.before)
+        if not self.before and not any(v[0] is not None for v in _parse(
+                subprocess.run(["ss", "-tinpH"], capture_output=True, text=True).stdout).values()):
+            self.available = False                          # ss shows no process: no right to see them
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if not hasattr(self, "_thread"):
+            if hasattr(self, "_events"):
+                self._events.terminate()
+                self._events.communicate()
+            return False
+        self._stop.set()
+        self._thread.join()
+        final = {k: (v[1], v[2]) for k, v in self._snapshot().items()}
+        time.sleep(0.2)                                     # the last destroy events arrive
+        self._events.terminate()
+        closed = _parse(self._events.communicate()[0])
+        received = sent = unattributed = 0
+        keys = set(self.owned) | set(final)
+        for key in keys:
+            if key in final:
+                r, s = final[key]
+            elif key in closed:
+                r, s = closed[key][1:]
+            else:                                           # closed, its event lost: its last poll
+                r, s = self.owned[key]
+            r0, s0 = self.before.get(key, (0, 0))
+            received, sent = received + r - r0, sent + s - s0
+        for key, (_, r, _s) in closed.items():
+            if key not in keys and _port(key[1]) in self.ports:
+                unattributed += r
+        self._result = {"received": received, "sent": sent, "sockets": len(keys),
+                        "unattributed_received": unattributed}
+        return False
+
+    def result(self) -> dict | None:
+        return getattr(self, "_result", None) if self.available else None
