@@ -5,12 +5,13 @@
 #                          $SABRE_TEST_WORKERS pytest-xdist workers, one PostgreSQL cluster each;
 #                          default: the CPU count, at most 4; given args run as given, serially)
 # Setup: apt packages (PostgreSQL 15 server + PL/Python + pg_cron + numpy and numba (optional,
-# the compiled loops of sabre_pg/core/kernels.py) for the backend's python3),
+# the compiled loops of sabre_pg/core/kernels.py) for the backend's python3; iproute2 for `ss`,
+# which the Citus tests use to count the coordinator's socket bytes),
 # a .venv with `pip install -e '.[test]'` (redone only when pyproject.toml changes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-APT_PACKAGES=(postgresql-15 postgresql-plpython3-15 postgresql-15-cron python3-numpy python3-numba python3-venv)
+APT_PACKAGES=(postgresql-15 postgresql-plpython3-15 postgresql-15-cron python3-numpy python3-numba python3-venv iproute2)
 
 usage() {
     echo "usage: ./dev.sh demo [sabre-pg demo args] | ./dev.sh test [pytest args]" >&2
