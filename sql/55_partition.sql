@@ -57,8 +57,8 @@ COMMENT ON FUNCTION @schema@.sabre_publish_parts(regclass, text[], text, double 
     'within t of the whole table (exact EMD) and >= k, swapped in atomically and recorded in sabre.runs';
 
 -- Citus push-down (docs/scale-out.md, "Citus (built)"): one shard of a distributed source
--- anonymized on the worker that holds it, called by sabre_anonymize on the coordinator in a
--- router query of its own distributed transaction.  Internal; they run as the caller.
+-- anonymized on the worker that holds it, called by sabre_anonymize on the coordinator in one
+-- multi-shard statement of its own distributed transaction.  Internal; it runs as the caller.
 CREATE OR REPLACE FUNCTION @schema@.sabre_citus_shard(request jsonb, shard_value text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$

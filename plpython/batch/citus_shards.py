@@ -114,9 +114,10 @@ class Shard:
 
 
 _SHARDS_SQL = """
-SELECT s.shardid, pg_catalog.shard_name(s.logicalrelid, s.shardid) AS name,
+SELECT s.shardid, i.parts[pg_catalog.array_length(i.parts, 1)] AS name,
        n.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) n.nodeport AS node
 FROM pg_catalog.pg_dist_shard s
+CROSS JOIN LATERAL pg_catalog.parse_ident(pg_catalog.shard_name(s.logicalrelid, s.shardid)) AS i(parts)
 JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid
 JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid AND n.noderole OPERATOR(pg_catalog.=) 'primary'
 WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass
@@ -126,12 +127,8 @@ ORDER BY s.shardminvalue::pg_catalog.int4"""
 def shard_rows(plpy, relation: str, schema: str) -> list:
     """(shard id, qualified shard relation, node) of a distributed relation, in hash order
     (colocated relations: the same order, shard for shard)."""
-    out = []
-    for r in plpy.execute(C.prepared(plpy, _SHARDS_SQL, ["text"]), [relation]):
-        local = plpy.execute(C.prepared(plpy, "SELECT (pg_catalog.parse_ident($1))[pg_catalog.array_length("
-                                        "pg_catalog.parse_ident($1), 1)] AS n", ["text"]), [r["name"]])[0]["n"]
-        out.append((r["shardid"], C.qname(None, schema, local), r["node"]))
-    return out
+    return [(r["shardid"], C.qname(None, schema, r["name"]), r["node"])
+            for r in plpy.execute(C.prepared(plpy, _SHARDS_SQL, ["text"]), [relation])]
 
 
 def shards(plpy, req, column) -> list:
@@ -254,8 +251,9 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
             base, shard=parts[0].name, offset=0, routing=parts[0].routing, layout=True,
             tables={s: req.output.temporary_qualified(run_.run_id, "l" + tag) for s, tag in TAGS}))["layout"]
         _create(plpy, req, built, layout, column)
-        targets = {s: dict(zip([i for i, _, _ in shard_rows(plpy, req.source["qname"], req.source["nspname"])],
-                               [n for _, n, _ in shard_rows(plpy, built[s], req.output.schema)])) for s in built}
+        source_ids = [i for i, _, _ in shard_rows(plpy, req.source["qname"], req.source["nspname"])]
+        targets = {s: dict(zip(source_ids, [n for _, n, _ in shard_rows(plpy, built[s], req.output.schema)]))
+                   for s in built}
         # every shard in one statement: Citus runs each shard's call on its worker, on the
         # connection that created that shard's relations (CONNECTIONS per worker)
         replies = _call_all(plpy, req, column, parts, base, {
