@@ -55,15 +55,21 @@ refuse_trust() {
 }
 
 install_sabre() {
-    "$BIN/pg_ctl" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKET_DIR -c jit=off" start
-    trap '"$BIN/pg_ctl" -D "$PGDATA" -m fast -w stop' EXIT
-    local dsn="host=$SOCKET_DIR user=postgres"
+    # the setup server listens on a private socket directory only: no client, and not the
+    # HEALTHCHECK (`sabre-pg check` on $SOCKET_DIR), reaches it, so the container turns healthy
+    # only once the real server below accepts connections
+    local setup_socket
+    setup_socket=$(mktemp -d)
+    "$BIN/pg_ctl" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$setup_socket -c jit=off" start
+    trap '"$BIN/pg_ctl" -D "$PGDATA" -m fast -w stop; rm -rf '"'$setup_socket'"'' EXIT   # (the path expanded now)
+    local dsn="host=$setup_socket user=postgres"
     if [ -z "$("$BIN/psql" "$dsn dbname=postgres" -tAc "SELECT 1 FROM pg_database WHERE datname = '$SABRE_DB'")" ]; then
-        "$BIN/createdb" -h "$SOCKET_DIR" -U postgres "$SABRE_DB"
+        "$BIN/createdb" -h "$setup_socket" -U postgres "$SABRE_DB"
     fi
     sabre-pg install --dsn "$dsn dbname=$SABRE_DB"
     "$BIN/pg_ctl" -D "$PGDATA" -m fast -w stop
     trap - EXIT
+    rm -rf "$setup_socket"
 }
 
 if [ "${1:-postgres}" != postgres ]; then
