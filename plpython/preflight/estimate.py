@@ -662,15 +662,24 @@ def read_statistics(plpy, src, attrs, analyzed_now: bool) -> tuple:
     stats = {}
     for a in attrs:
         r = found[a.name]
-        mcv = list(r["mcv"])
+        mcv, freqs = by_value(r["mcv"], r["freqs"] or ())
         stats[a.name] = ColumnStatistics(rel["reltuples"], r["null_frac"], r["n_distinct"], tuple(mcv),
-                                         tuple(r["freqs"] or ()), tuple(r["histogram"]), int(r["target"] or 0))
+                                         freqs, tuple(r["histogram"]), int(r["target"] or 0))
         seen = np.asarray(mcv + list(stats[a.name].histogram), float) if a.numerical else np.zeros(0)
         if not np.all(np.isfinite(seen)):
             names = sorted({repr(float(v)).replace("nan", "NaN").replace("inf", "Infinity")
                             for v in seen[~np.isfinite(seen)]})
             raise scan.nonfinite_error([(a.name, int(rel["reltuples"]))], {a.name: names})
     return stats, rel["analyzed"]
+
+
+def by_value(values, freqs) -> tuple:
+    """([most common values], (their frequencies)) in value order, not pg_stats' order by
+    sampled frequency: ANALYZE's random sample orders near-equal frequencies at random, and the
+    resamples' fixed seed must see the same statistics in the same order to give the same
+    spread (and float sums the same rounding)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    return [values[i] for i in order], tuple(freqs[i] for i in order)
 
 
 def decode_values(plpy, attr, text) -> list:

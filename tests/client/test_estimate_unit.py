@@ -226,3 +226,35 @@ def test_estimate_all_reports_the_likeliest_classes_of_point_and_resamples():
                 assert e.classes == point.classes and e.spread.stable
             moved += e.classes != point.classes
     assert moved                                   # here the point's count is not the likeliest
+
+
+@pytest.mark.parametrize("kind", ["numerical", "categorical"])
+def test_the_mcv_lists_order_does_not_change_the_estimate(kind):
+    """pg_stats orders the most common values by their sampled frequency, and ANALYZE's
+    random sample orders near-equal ones at random: the same statistics in any order give the
+    same ColumnStatistics (value order) and so the same point, spread and stable flag."""
+    typname = "int4" if kind == "numerical" else "text"
+    sa = request.Attr("sa", {"typname": typname}, kind, None)
+    values = [float(v) for v in range(1, 21)] if kind == "numerical" else ["v%02d" % v for v in range(20)]
+    freqs = np.random.default_rng(5).dirichlet(np.full(20, 4.0)).astype(np.float32).tolist()
+    freqs[3] = freqs[7]                                  # a tie, as ANALYZE's sample often has
+    found = []
+    for seed in range(4):
+        order = np.random.default_rng(seed).permutation(20)
+        mcv, shares = est.by_value([values[i] for i in order], [freqs[i] for i in order])
+        assert mcv == sorted(values) and list(shares) == [freqs[values.index(v)] for v in mcv]
+        s = est.ColumnStatistics(200_000.0, 0.0, 20.0, tuple(mcv), shares, (), 100)
+        found.append([(e.buckets, e.classes, e.spread.buckets, e.spread.classes, e.spread.stable)
+                      for e in est.estimate_all(s, 200_000, sa, None, [0.1, 0.15, 0.3], 6, 4)])
+    assert all(f == found[0] for f in found[1:])
+
+
+def test_read_statistics_keeps_the_mcvs_in_value_order():
+    rows = {"pg_catalog.pg_class AS c": [{"reltuples": 1000.0, "analyzed": "now"}],
+            "pg_catalog.pg_stats AS s": [{"name": "salary", "null_frac": 0.0, "n_distinct": 3.0, "mcv": "{3,1,2}",
+                                          "freqs": [0.5, 0.3, 0.2], "histogram": None, "target": 100}],
+            "pg_catalog.unnest": lambda params: [{"vs": [float(v) for v in params[0].strip("{}").split(",")]}]}
+    src = {"oid": 1, "nspname": "public", "relname": "t", "qname": "public.t"}
+    sa = request.Attr("salary", {"typname": "int4", "type": "integer", "category": "N"}, "numerical")
+    stats, _ = est.read_statistics(FakePlpy(rows), src, [sa], False)
+    assert stats["salary"].mcv_values == (1.0, 2.0, 3.0) and stats["salary"].mcv_freqs == (0.3, 0.2, 0.5)
