@@ -27,7 +27,7 @@ from ..shared import citus
 from ..shared import common as C
 from ..shared import errors as E
 from ..stages import publish, request, scan
-from . import citus_shards, partition
+from . import citus_qi_local, citus_shards, partition
 
 ENGINE_HINT = "Check the arguments of sabre_anonymize."
 
@@ -51,12 +51,13 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
                                 output, options)
-            partitioned = partition.partitions_option(req) is not None      # docs/scale-out.md
-            # a Citus distributed source: each shard anonymized on its worker (citus_shards.py),
-            # with the run's Citus settings from its first distributed query on
+            # a Citus distributed source: pushed down to the workers, QI-local (citus_qi_local.py,
+            # options.partitions its number of parts) or shard-local (citus_shards.py), with the
+            # run's Citus settings from its first distributed query on
             column = citus_shards.pushdown_column(plpy, req)
             if column:
                 run_settings.enter_context(citus_shards.connections(plpy))
+            partitioned = partition.partitions_option(req) is not None and not column    # docs/scale-out.md
             if not partitioned:
                 hierarchies = scan.hierarchies(plpy, req)
                 encodings = {} if column else scan.encodings(plpy, hierarchies)
@@ -66,7 +67,8 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             with clock.phase("summary"):
                 summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
                 _feasible_k(req, summary.rows)
-            return citus_shards.run(plpy, req, clock, column, hierarchies, summary)
+            design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
+            return design.run(plpy, req, clock, column, hierarchies, summary)
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)

@@ -76,8 +76,8 @@ def pushdown_column(plpy, req) -> str | None:
         why.append('the distribution column "%s" is not published (options.keep)' % column)
     elif req.key.name != column:
         why.append('the key "%s" is not the distribution column "%s"' % (req.key.name, column))
-    if partition.partitions_option(req) is not None:
-        why.append("options.partitions")
+    if partition.partitions_option(req) is not None and design(req) == "shard_local":
+        why.append("options.partitions (with options.citus_design 'shard_local')")
     if not req.key.unique:
         why.append('the key "%s" has no unique constraint' % req.key.name)
     if why:
@@ -87,6 +87,24 @@ def pushdown_column(plpy, req) -> str | None:
                          'sensitive attribute to anonymize each shard on its worker.' % column.replace('"', '\\"'))
         return None
     return column
+
+
+DEFAULT_DESIGN = "qi_local"    # the design with the better measured quality (docs/scale-out.md)
+DESIGN_HINT = ('Pass options => \'{"citus_design": "shard_local"}\' to anonymize each shard where it is, or add a '
+               'numerical quasi-identifier for the QI-local split to cut on.')
+
+
+def design(req) -> str:
+    """options.citus_design, else the default: 'qi_local' (citus_qi_local.py) when a numerical
+    QI gives the split something to cut, else 'shard_local'.  'qi_local' asked without one: 22023."""
+    numerical = any(a.numerical for a in req.qis)
+    chosen = req.options.citus_design
+    if chosen is None:
+        return DEFAULT_DESIGN if numerical else "shard_local"
+    if chosen == "qi_local" and not numerical:
+        raise E.invalid_parameter("options.citus_design 'qi_local' needs a numerical quasi-identifier: the split "
+                                  "into QI-local parts cuts on numerical quasi-identifiers only", DESIGN_HINT)
+    return chosen
 
 
 CONNECTIONS = 1    # Citus connections per worker for the whole run: the shards on a worker are
@@ -173,11 +191,12 @@ def _ranges(plpy, req) -> dict:
     return {a.name: [float(r["lo%d" % i]), float(r["hi%d" % i])] for i, a in enumerate(nums)}
 
 
-def _call(plpy, req, column, shard: Shard, function: str, payload: dict) -> dict:
-    """``function`` (sabre's, on the worker) called once in a router query on ``shard``."""
+def _call(plpy, req, column, shard: Shard, function: str, payload: dict, relation: str | None = None) -> dict:
+    """``function`` (sabre's, on the worker) called once in a router query on ``shard`` (of
+    ``relation``, a FROM item distributed by ``column``: the source by default)."""
     row = _privileged(plpy, shard, lambda: plpy.execute(plpy.prepare(
         "SELECT %s($1::jsonb) AS r, pg_catalog.count(*) AS n FROM %s AS s WHERE s.%s OPERATOR(pg_catalog.=) %s"
-        % (C.catalog(function), req.source["read"], C.ident(column), shard.routing), ["text"]),
+        % (C.catalog(function), relation or req.source["read"], C.ident(column), shard.routing), ["text"]),
         [json.dumps(payload)])[0])
     return json.loads(row["r"])
 
@@ -199,35 +218,48 @@ def _privileged(plpy, shard: Shard, statement):
                                                          )[0]["u"])) from e
 
 
-def _call_all(plpy, req, column, parts: list, base: dict, each: dict) -> list:
+def _call_all(plpy, req, column, parts: list, base: dict, each: dict, relation: str | None = None,
+              typ: str | None = None) -> list:
     """sabre_citus_shard on every shard of ``parts`` (``each``: their requests by their
-    row's distribution value) in one multi-shard statement; the replies in ``parts``' order."""
+    row's distribution value) in one multi-shard statement over ``relation`` (the source by
+    default; ``column`` of type ``typ`` unique in it); the replies in ``parts``' order."""
     if not parts:
         return []
     rows = _privileged(plpy, parts[0], lambda: plpy.execute(plpy.prepare(
         "SELECT s.%s::pg_catalog.text AS v, %s($1::jsonb, s.%s::pg_catalog.text) AS r FROM %s AS s "
         "WHERE s.%s OPERATOR(pg_catalog.=) ANY ($2::%s[])" % (
-            C.ident(column), C.catalog("sabre_citus_shard"), C.ident(column), req.source["read"],
-            C.ident(column), req.columns[column]["type"]), ["text", "text[]"]),
+            C.ident(column), C.catalog("sabre_citus_shard"), C.ident(column), relation or req.source["read"],
+            C.ident(column), typ or req.columns[column]["type"]), ["text", "text[]"]),
         [json.dumps(dict(base, shards=each)), [p.value for p in parts]]))
     by_value = {r["v"]: json.loads(r["r"]) for r in rows}
     if sorted(by_value) != sorted(p.value for p in parts) or len(rows) != len(parts):
         raise partition._changed()
+    for p in parts:
+        by_value[p.value]["node"] = p.node
     return [by_value[p.value] for p in parts]
 
 
-def _create(plpy, req, built: dict, layout: dict, column: str):
-    """The run's relations, empty, with the first shard's columns, distributed colocated with the
-    source: the output by the distribution column, the side table by its key, the classes by
-    their shard's distribution value."""
-    for suffix, by in (("", column), ("_classes", SHARD_KEY), ("_keys", "key")):
-        plpy.execute("CREATE %sTABLE %s (%s)" % ("UNLOGGED " if suffix == "_keys" else "", built[suffix], ", ".join(
-            "%s %s" % (C.ident(n), t) for n, t in layout[suffix])))
+def create_distributed(plpy, tables: dict, layout: dict, by: dict, colocate_with: str, drop: str = "") -> None:
+    """The relations ``tables`` ({suffix: name}), empty, with the columns of ``layout`` (but
+    ``drop``), each distributed by its column of ``by``, colocated with ``colocate_with``; the
+    side table unlogged and owner-only."""
+    for suffix, table in tables.items():
+        plpy.execute("CREATE %sTABLE %s (%s)" % ("UNLOGGED " if suffix == "_keys" else "", table, ", ".join(
+            "%s %s" % (C.ident(n), t) for n, t in layout[suffix] if n != drop)))
         with C.quietly(plpy):
             plpy.execute(C.prepared(plpy, "SELECT pg_catalog.create_distributed_table($1::pg_catalog.regclass, $2, "
                                     "colocate_with => $3)", ["text", "text", "text"]),
-                         [built[suffix], by, req.source["qname"]])
-    publish.owner_only(plpy, built["_keys"])
+                         [table, by[suffix], colocate_with])
+        if suffix == "_keys":
+            publish.owner_only(plpy, table)
+
+
+def base_request(req, column: str, summary, ranges: dict, hierarchies: dict) -> dict:
+    """What every worker call of the run gets (the SA summary, the QI ranges, the hierarchies)."""
+    return {"source": req.source["qname"], "qis": [a.name for a in req.qis], "sensitive": req.sa.name,
+            "t": req.t, "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
+            "output": req.output.qualified(), "summary": _summary_json(summary), "ranges": ranges,
+            "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a != req.sa.name}}
 
 
 def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
@@ -239,10 +271,7 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     run_ = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     built = partition._built(req, run_)
-    base = {"source": req.source["qname"], "qis": [a.name for a in req.qis], "sensitive": req.sa.name,
-            "t": req.t, "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
-            "output": req.output.qualified(), "summary": _summary_json(summary), "ranges": ranges,
-            "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a != req.sa.name}}
+    base = base_request(req, column, summary, ranges, hierarchies)
     offsets = np.cumsum([0] + [p.rows for p in parts])     # class ids: a shard has at most its rows' classes
     with clock.phase("partition"):      # the shards, on their workers
         # the layout of the run's relations: the first shard's, written WITH NO DATA in a
@@ -250,7 +279,8 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
         layout = _call(plpy, req, column, parts[0], "sabre_citus_shard", dict(
             base, shard=parts[0].name, offset=0, routing=parts[0].routing, layout=True,
             tables={s: req.output.temporary_qualified(run_.run_id, "l" + tag) for s, tag in TAGS}))["layout"]
-        _create(plpy, req, built, layout, column)
+        create_distributed(plpy, built, layout, {"": column, "_classes": SHARD_KEY, "_keys": "key"},
+                           req.source["qname"])
         source_ids = [i for i, _, _ in shard_rows(plpy, req.source["qname"], req.source["nspname"])]
         targets = {s: dict(zip(source_ids, [n for _, n, _ in shard_rows(plpy, built[s], req.output.schema)]))
                    for s in built}
@@ -259,10 +289,16 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
         replies = _call_all(plpy, req, column, parts, base, {
             p.value: {"shard": p.name, "offset": int(offsets[j]), "routing": p.routing,
                       "tables": {s: targets[s][p.shardid] for s in built}} for j, p in enumerate(parts)})
-        for reply, shard in zip(replies, parts):
-            reply["node"] = shard.node
     with clock.phase("check"):
         facts = _summed(req, summary, replies)
+    return publish_run(plpy, req, clock, run_, prev, built, facts, replies, {
+        "parts": len(parts), "automatic": False, "citus": "shard-local", "citus_design": "shard_local"}, hierarchies)
+
+
+def publish_run(plpy, req, clock, run_, prev, built, facts: dict, replies: list, fact: dict, hierarchies: dict):
+    """The classes' primary key, the swap and the run's catalog row (``fact``: its
+    ``partitions``, with the workers' reply bytes and how many workers replied)."""
+    with clock.phase("check"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (%s, ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run_.run_id, "c_pkey")), C.ident(SHARD_KEY)))
     with clock.phase("swap"):
@@ -271,9 +307,8 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     facts.update({"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
                   "method": req.method, "options": req.options.given, "buckets": None, "u": None,
                   "sensitive_attributes": [req.sa.name], "t_values": [req.t], "max_emds": [facts["max_emd"]],
-                  "partitions": {"parts": len(parts), "automatic": False, "citus": "shard-local",
-                                 "reply_bytes": sum(len(json.dumps(r)) for r in replies),
-                                 "workers": len({r["node"] for r in replies})},
+                  "partitions": dict(fact, reply_bytes=sum(len(json.dumps(r)) for r in replies),
+                                     workers=len({r["node"] for r in replies})),
                   "phases": clock.report(), "seconds": clock.total()})
     output_oid = publish.record(plpy, req, run_, facts, hierarchies)
     return [(run_.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"], facts["max_emd"],
@@ -313,10 +348,12 @@ class ShardInto(publish.Into):
     (the classes' distribution column, so they stay on the shard's worker).  ``create``: the
     layout's dry run, relations created WITH NO DATA."""
     routing: str = "NULL"
+    keyed: tuple = (("_classes", SHARD_KEY),)   # (suffix, column): relations that also carry the routing value
 
     def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
-        if suffix == "_classes":
-            select = "SELECT c.*, %s AS %s FROM (%s) AS c" % (self.routing, SHARD_KEY, select)
+        column = dict(self.keyed).get(suffix)
+        if column:
+            select = "SELECT c.*, %s AS %s FROM (%s) AS c" % (self.routing, C.ident(column), select)
         return super().write(suffix, select, unlogged) + (" WITH NO DATA" if self.create else "")
 
 
@@ -372,7 +409,8 @@ def shard_run(plpy, payload, value=None):
     table = _global_summary(p["summary"], req.sa.name)
     reply = {"rows": 0, "classes": 0, "violations": 0, "sa_counts": [0] * len(table.counts)}
     layout = bool(p.get("layout"))
-    into = ShardInto(p["tables"], int(p["offset"]), layout, p["routing"])
+    into = ShardInto(p["tables"], int(p["offset"]), layout, p["routing"],
+                     tuple(tuple(x) for x in p.get("keyed", ShardInto.keyed)))
     if _empty(plpy, req):
         return json.dumps(reply)
     hierarchies = {a: _hierarchy(h, a) for a, h in p["hierarchies"].items()}

@@ -20,9 +20,10 @@ from ..shared import errors as E
 
 OPTION_KEYS = ("hierarchies", "key", "seed", "keep", "weights", "nulls", "replace", "takeout",
                "lookahead", "cascade", "lock_timeout", "refresh", "labels", "partitions", "search", "threads",
-               "auto_partition_rows")
+               "auto_partition_rows", "citus_design")
 OPTIONS_EXAMPLE = '{"key": "id", "seed": 1}'
 MAX_THREADS = 64
+CITUS_DESIGNS = ("qi_local", "shard_local")   # options.citus_design (docs/scale-out.md, "Citus (built)")
 T_HINT = ("t is the largest Earth Mover's Distance allowed between an equivalence class and "
           "the whole table; typical values are 0.1 to 0.5.")
 K_HINT = "k is the minimum number of rows per equivalence class."
@@ -84,6 +85,7 @@ class Options:
     search: str = "fast"           # method 'refine': cut search setting (core/cut_search.py)
     threads: int = 1               # method 'refine': threads of the cut search (core/refine.py)
     auto_partition_rows: int = limits.AUTO_PARTITION_ROWS   # a larger plain run goes in parts (0: never)
+    citus_design: str | None = None  # a Citus distributed source: 'qi_local' | 'shard_local' (None: the default)
 
 
 @dataclass(frozen=True)
@@ -268,8 +270,14 @@ def parse_options(given: dict, columns: dict, qis) -> Options:
                          "A run over more rows than this is split into parts of at most this many rows, so a "
                          "backend's memory stays bounded (default %d; 0 never splits; docs/scale-out.md)."
                          % limits.AUTO_PARTITION_ROWS)
+    citus_design = given.get("citus_design")
+    if citus_design is not None:
+        citus_design = _choice(given, "citus_design", None, CITUS_DESIGNS,
+                               "On a Citus distributed table, 'qi_local' (the default) repartitions the rows once by "
+                               "the quasi-identifiers so each worker anonymizes a region of the QI space; "
+                               "'shard_local' anonymizes each shard where it is, moving no row (docs/scale-out.md).")
     return Options(takeout, nulls, seed, replace, lookahead, keep, weights, cascade, lock_timeout, refresh, given,
-                   labels, search, threads, auto_rows)
+                   labels, search, threads, auto_rows, citus_design)
 
 
 def _keep(keep, columns, qis) -> tuple:

@@ -1,0 +1,185 @@
+"""The QI-local design of sabre_anonymize on a Citus distributed table
+(plpython/batch/citus_qi_local.py; docs/scale-out.md, "Citus (built)"): the rows repartitioned
+once by the QI-locality split into a staging table distributed by part, each part anonymized on
+the worker that holds it against the whole table, the output moved back colocated with the
+source; on tests/citus/conftest.py's cluster."""
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from sabre_pg import cli
+
+ROWS = 2400
+SHARDS = 4
+QIS = "ARRAY['age', 'sex', 'education']"
+RUN = ("SELECT run_id, rows, classes, min_class_size, max_emd, ail FROM sabre.sabre_anonymize("
+       "source => 'public.ql'::regclass, quasi_identifiers => " + QIS + ", sensitive => 'salary', t => 0.3, "
+       "k => %s, output => %s, options => %s::jsonb)")
+
+
+def _opts(design=None, **more):
+    import json
+    return json.dumps({"keep": ["id"], **({"citus_design": design} if design else {}), **more})
+
+
+@pytest.fixture(scope="module")
+def ql(citus_cluster):
+    """sabre on every node; public.ql (sabre-pg gen, seeded) distributed by id in 4 shards."""
+    dsn = citus_cluster.dsn
+    assert cli.main(["install", "--dsn", dsn]) == 0
+    assert cli.main(["gen", "--dsn", dsn, "--table", "ql", "--rows", str(ROWS), "--replace"]) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_catalog.create_distributed_table('public.ql', 'id', shard_count => %s)", (SHARDS,))
+        yield conn
+        conn.execute("DROP TABLE IF EXISTS public.ql CASCADE")
+
+
+def _placement(conn, relation):
+    return conn.execute("SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey), "
+                        "colocationid FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
+                        (relation,)).fetchone()
+
+
+def _leftovers(citus_cluster) -> int:
+    """Relations of a run under a temporary name (staging, staged, driver) on any node."""
+    n = 0
+    for dsn in [citus_cluster.dsn] + citus_cluster.worker_dsns:
+        with psycopg.connect(dsn) as node:
+            n += node.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname LIKE 'sabre_tmp%'").fetchone()[0]
+    return n
+
+
+def test_the_default_is_qi_local_colocated_t_close_every_row_once(ql, citus_cluster):
+    conn = ql
+    run_id, rows, classes, min_size, max_emd, ail = conn.execute(RUN, (5, "public.ql_anon", _opts())).fetchone()
+    assert rows == ROWS and classes > 2 and min_size >= 5 and max_emd <= 0.3 and 0 < ail < 1
+    # the design recorded: QI-local, one part per worker, on both workers
+    parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
+    assert (parts["citus_design"], parts["citus"], parts["parts"], parts["workers"]) == ("qi_local", "qi-local", 2, 2)
+    assert sum(parts["part_rows"]) == ROWS and parts["automatic"] is True
+    # the output and side table colocated with the source; the classes by their part
+    source = _placement(conn, "public.ql")
+    assert _placement(conn, "public.ql_anon") == source
+    assert _placement(conn, "public.ql_anon_keys") == ("h", "key", source[2])
+    assert _placement(conn, "public.ql_anon_classes")[:2] == ("h", "shard_key")
+    # every source row exactly once, with its own SA value (a colocated join, on the workers)
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.ql_anon").fetchone() == (ROWS, ROWS)
+    assert conn.execute("SELECT count(*) FROM public.ql c FULL JOIN public.ql_anon o USING (id) WHERE c.id IS NULL "
+                        "OR o.id IS NULL OR c.salary IS DISTINCT FROM o.salary").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*), count(DISTINCT ec_id) FROM public.ql_anon_classes").fetchone() \
+        == (classes, classes)
+    # the exact verifier from the coordinator: every class within t of the WHOLE table, >= k
+    assert conn.execute("SELECT * FROM sabre.sabre_verify('public.ql_anon'::regclass, 'salary', 0.3::float8, 5)"
+                        ).fetchone() == (classes, 0, pytest.approx(max_emd), min_size)
+    # the staging table, the staged relations and the driver are gone from every node
+    assert _leftovers(citus_cluster) == 0
+
+
+def test_qi_local_is_not_worse_than_shard_local(ql):
+    """Parts that are regions of the QI space give narrower classes than hash shards, which are
+    random samples of it: a lower AIL at the same t and k, both with 0 violations."""
+    conn = ql
+    ail = {}
+    for design in ("shard_local", "qi_local"):
+        run_id, _, classes, _, _, ail[design] = conn.execute(
+            RUN, (5, "public.ql_" + design, _opts(design))).fetchone()
+        assert conn.execute("SELECT partitions->>'citus_design' FROM sabre.runs WHERE run_id = %s",
+                            (run_id,)).fetchone()[0] == design
+        assert conn.execute(f"SELECT violations FROM sabre.sabre_verify('public.ql_{design}'::regclass, 'salary', "
+                            "0.3::float8, 5)").fetchone()[0] == 0
+    print("AIL:", ail)
+    assert ail["qi_local"] < ail["shard_local"]
+
+
+def test_partitions_sets_the_number_of_parts(ql, citus_cluster):
+    conn = ql
+    run_id, rows, classes = conn.execute(RUN, (5, "public.ql_4", _opts("qi_local", partitions=4))).fetchone()[:3]
+    parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
+    assert (parts["citus_design"], parts["parts"], parts["part_workers"], parts["automatic"]) == ("qi_local", 4, 2,
+                                                                                                  False)
+    assert rows == ROWS and conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.ql_4'::regclass, "
+                                         "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
+    assert _leftovers(citus_cluster) == 0
+
+
+def test_a_bad_design_is_an_error_with_a_hint(ql):
+    conn = ql
+    with pytest.raises(psycopg.Error) as ei:
+        conn.execute(RUN, (5, "public.ql_bad", _opts("qi-local")))
+    e = ei.value
+    assert e.sqlstate == "22023" and "options.citus_design must be 'qi_local' or 'shard_local'" \
+        in e.diag.message_primary
+    assert "'shard_local'" in e.diag.message_hint
+    # without a numerical quasi-identifier there is nothing to cut: QI-local asked is an error,
+    # the default falls back to shard-local
+    only_text = RUN.replace(QIS, "ARRAY['sex', 'marital']")
+    with pytest.raises(psycopg.Error) as ei:
+        conn.execute(only_text, (5, "public.ql_bad", _opts("qi_local")))
+    assert ei.value.sqlstate == "22023" and "numerical quasi-identifier" in ei.value.diag.message_primary
+    assert "shard_local" in ei.value.diag.message_hint
+    run_id = conn.execute(only_text, (5, "public.ql_text", _opts())).fetchone()[0]
+    assert conn.execute("SELECT partitions->>'citus_design' FROM sabre.runs WHERE run_id = %s",
+                        (run_id,)).fetchone()[0] == "shard_local"
+
+
+def test_a_worker_stopped_mid_run_fails_it_and_keeps_the_old_output(ql, citus_cluster):
+    conn = ql
+    run_id, _, classes = conn.execute(RUN, (5, "public.ql_kept", _opts())).fetchone()[:3]
+    worker, watch = citus_cluster.workers[1], citus_cluster.workers[0]
+    started = threading.Event()
+
+    def stop_when_started():     # stop the second worker once a part runs on the first
+        with psycopg.connect(watch.dsn(tcp=True), autocommit=True) as w:
+            for _ in range(600):
+                if w.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE query LIKE "
+                             "'%sabre_citus_shard%' AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0]:
+                    started.set()
+                    worker.stop()
+                    return
+                time.sleep(0.02)
+
+    stopper = threading.Thread(target=stop_when_started)
+    stopper.start()
+    try:
+        with pytest.raises(psycopg.Error) as ei:
+            conn.execute(RUN, (8, "public.ql_kept", _opts()))
+    finally:
+        stopper.join()
+        citus_cluster.start_node(worker)
+    e = ei.value
+    assert started.is_set()
+    assert e.sqlstate == "08006", (e.sqlstate, str(e))
+    assert "could not reach a node" in e.diag.message_primary and "previous output" in e.diag.message_hint
+    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.ql_kept").fetchone() == (ROWS, ROWS)
+    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.ql_kept'::regclass, 'salary', "
+                        "0.3::float8, 5)").fetchone() == (classes, 0)
+    assert f"sabre-pg run {run_id}," in conn.execute(
+        "SELECT pg_catalog.obj_description('public.ql_kept'::regclass, 'pg_class')").fetchone()[0]
+    assert _leftovers(citus_cluster) == 0
+
+
+def test_an_analyst_runs_qi_local(ql, citus_cluster, analyst_role):
+    """The security suite's analyst: USAGE on sabre on every node, SELECT on the source, her own
+    schema; her staging table and outputs are hers, and nobody else may read the side table."""
+    dba = ql
+    with analyst_role(dba, "sec_qil"):
+        dba.execute("CREATE SCHEMA qil AUTHORIZATION sec_qil")
+        dba.execute("SELECT pg_catalog.run_command_on_workers($$GRANT USAGE ON SCHEMA sabre TO sec_qil$$)")
+        dba.execute("GRANT SELECT ON public.ql TO sec_qil")
+        try:
+            with psycopg.connect(citus_cluster.dsn, user="sec_qil", autocommit=True) as analyst:
+                run_id, _, classes = analyst.execute(RUN, (5, "qil.o", _opts())).fetchone()[:3]
+                assert analyst.execute("SELECT partitions->>'citus_design', run_by FROM sabre.runs WHERE run_id = %s",
+                                       (run_id,)).fetchone() == ("qi_local", "sec_qil")
+                assert analyst.execute("SELECT classes, violations FROM sabre.sabre_verify('qil.o'::regclass, "
+                                       "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
+            assert _placement(dba, "qil.o") == _placement(dba, "public.ql")
+            assert dba.execute("SELECT pg_catalog.pg_get_userbyid(relowner), relacl FROM pg_catalog.pg_class "
+                               "WHERE oid = 'qil.o_keys'::regclass").fetchone()[0] == "sec_qil"
+        finally:
+            dba.execute("DROP SCHEMA IF EXISTS qil CASCADE")
+            dba.execute("SELECT pg_catalog.run_command_on_workers($$REVOKE USAGE ON SCHEMA sabre FROM sec_qil$$)")
