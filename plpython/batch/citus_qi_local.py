@@ -2,9 +2,10 @@
 "Citus (built)"): the rows repartitioned once by the QI-locality split, each part anonymized
 on the worker that holds it.
 
-1. **split** (coordinator, aggregates only): ``partition.split`` over the cells
-   ``GROUP BY b1..bq, sa`` (Citus pushes the grouping down to the shards; only groups reach
-   the coordinator) into parts that are QI predicates: one part per worker by default, more
+1. **split** (coordinator, aggregates only): ``citus_split.split``, per cut a span, a histogram
+   of each numerical QI and the SA counts of a few candidate cuts, pushed down to the shards
+   (only groups reach the coordinator: a few hundred kB whatever the table's size), into parts
+   that are QI predicates: one part per worker by default, more
    while a part has more rows than ``options.auto_partition_rows`` (a worker's memory bound);
    ``options.partitions`` asks for a number;
 2. **repartition** (worker to worker): a staging table of the source's rows and a part column,
@@ -40,7 +41,7 @@ from sabre_pg.core.stopwatch import Stopwatch
 from ..shared import common as C
 from ..stages import publish
 from . import citus_shards as S
-from . import partition
+from . import citus_split, partition
 
 PART_VALUES = 64          # candidate values per staging shard when looking for one that hashes to it
 PART_TYPE = "pg_catalog.int4"
@@ -138,7 +139,7 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     with clock.phase("summary"):        # the split: aggregates only
         ranges = S._ranges(plpy, req)
         with C.settings(plpy, jit="off"):
-            parts = partition.split(plpy, req, summary, n, max_rows)
+            parts = citus_split.split(plpy, req, summary, n, max_rows)
     run_ = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     built = partition._built(req, run_)

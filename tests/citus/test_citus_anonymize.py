@@ -50,8 +50,9 @@ def test_output_colocated_with_the_source_and_t_close(census):
     source = _citus_table(conn, "public.census")
     assert source[:2] == ("h", "id")
     assert _citus_table(conn, "public.census_anon") == source                    # colocated, same column
-    # pushed down (batch/citus_shards.py): classes and side table colocated with the source too
-    assert _citus_table(conn, "public.census_anon_classes") == ("h", "shard_key", source[2])
+    # pushed down, QI-local by default (batch/citus_qi_local.py): the side table colocated with the
+    # source too; the classes distributed by their part (colocated with the parts' staging table)
+    assert _citus_table(conn, "public.census_anon_classes")[:2] == ("h", "shard_key")
     assert _citus_table(conn, "public.census_anon_keys") == ("h", "key", source[2])
     assert _shard_nodes(conn, "public.census_anon") == 2
 
@@ -154,10 +155,13 @@ def test_an_analyst_runs_on_the_distributed_table(census, citus_cluster):
 
 
 def test_a_partitioned_run_publishes_distributed_outputs_too(census):
+    """options.partitions with the shard-local design runs through the coordinator (with the
+    QI-local default it is the number of parts: test_citus_qi_local.py)."""
     conn = census
     rows, classes = conn.execute(f"SELECT rows, classes FROM sabre.sabre_anonymize('public.census'::regclass, {QIS}, "
                                  "'salary', 0.3, 5, output => 'public.census_parts', "
-                                 "options => '{\"keep\": [\"id\"], \"partitions\": 2}')").fetchone()
+                                 "options => '{\"keep\": [\"id\"], \"partitions\": 2, "
+                                 "\"citus_design\": \"shard_local\"}')").fetchone()
     assert rows == ROWS
     assert _citus_table(conn, "public.census_parts") == _citus_table(conn, "public.census")
     assert _citus_table(conn, "public.census_parts_classes")[0] == "n"

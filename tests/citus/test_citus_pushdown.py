@@ -1,6 +1,7 @@
 """The push-down of sabre_anonymize on a Citus distributed table (plpython/batch/citus_shards.py;
-docs/scale-out.md, "Citus (built)"): the shard-local design, each shard anonymized on the worker
-that holds it against the whole table's SA distribution, on tests/citus/conftest.py's cluster."""
+docs/scale-out.md, "Citus (built)"): the shard-local design (``options.citus_design``
+'shard_local'; the default is QI-local, test_citus_qi_local.py), each shard anonymized on the
+worker that holds it against the whole table's SA distribution, on tests/citus/conftest.py's cluster."""
 from __future__ import annotations
 
 import threading
@@ -17,7 +18,7 @@ SHARDS = 4
 QIS = "ARRAY['age', 'sex', 'education']"
 RUN = ("SELECT run_id, rows, classes, min_class_size, max_emd, ail FROM sabre.sabre_anonymize("
        "source => 'public.pd'::regclass, quasi_identifiers => " + QIS + ", sensitive => 'salary', t => 0.3, "
-       "k => %s, output => %s, method => %s, options => '{\"keep\": [\"id\"]}')")
+       "k => %s, output => %s, method => %s, options => '{\"keep\": [\"id\"], \"citus_design\": \"shard_local\"}')")
 
 
 @pytest.fixture(scope="module")
