@@ -9,7 +9,10 @@ hierarchies, SA salary, t = 0.35, k = 6, method 'refine', ``keep: ["id"]``) on a
 the load average, classes, AIL, max EMD, ``sabre_verify``'s violations from the coordinator, the
 run's ``sabre.runs.partitions`` (the design used, parts, rows per part), and the bytes the
 coordinator backend received from and sent to the workers on its sockets
-(``sabre_pg.bench.netio.SocketBytes``) against the table's size. One JSON line per run.
+(``sabre_pg.bench.netio.SocketBytes``) against the table's size, and the bytes over the
+loopback interface during the call (on a one-machine cluster: all traffic between the nodes,
+worker to worker included, plus whatever else the machine sends over 127.0.0.1: an upper
+bound). One JSON line per run.
 
     python benchmarks/bench_citus_designs.py --dsn CONNINFO [--rows 100000] [--shards 32] [--parts 32]
 """
@@ -33,6 +36,20 @@ from sabre_pg.bench.speed import K, T, ensure_table, load_average  # noqa: E402
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
 
 
+def loopback_bytes() -> int | None:
+    """Bytes received on the loopback interface so far (/proc/net/dev): all the local cluster's
+    traffic between its nodes, worker to worker included (and whatever else this machine sends
+    over 127.0.0.1 meanwhile: an upper bound)."""
+    try:
+        for line in Path("/proc/net/dev").read_text().splitlines():
+            name, _, fields = line.partition(":")
+            if name.strip() == "lo":
+                return int(fields.split()[0])
+    except OSError:
+        pass
+    return None
+
+
 def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict) -> dict:
     qs = sql.Identifier(schema)
     output = f"public.{table}_{options['citus_design']}_{options.get('partitions', 'auto')}"
@@ -41,7 +58,7 @@ def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict)
         size = table_bytes(conn, table)
         pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
         ports = [p for (p,) in conn.execute("SELECT nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0")]
-        load = load_average()
+        load, lo = load_average(), loopback_bytes()
         t0 = time.perf_counter()
         with SocketBytes(pid, ports) as sockets:
             run_id, classes, ail, seconds = conn.execute(sql.SQL(
@@ -50,6 +67,7 @@ def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict)
             ).format(qs), (f"public.{table}", CENSUS_QIS, CENSUS_SENSITIVE, T, K, output,
                            json.dumps({"hierarchies": hierarchies, "keep": ["id"], **options}))).fetchone()
         wall = time.perf_counter() - t0
+        lo = None if lo is None else loopback_bytes() - lo
         parts = conn.execute(sql.SQL("SELECT partitions FROM {}.runs WHERE run_id = %s").format(qs),
                              (run_id,)).fetchone()[0]
         checked = conn.execute(sql.SQL("SELECT violations, max_emd, min_class_size FROM {}.sabre_verify("
@@ -60,7 +78,7 @@ def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict)
             "part_rows": parts.get("part_rows"), "workers": parts.get("workers"), "classes": classes,
             "ail": round(ail, 4), "violations": checked[0], "max_emd": checked[1], "min_class_size": checked[2],
             "wall": round(wall, 1), "seconds": round(seconds, 1), "load": load, "table_bytes": size,
-            "received": got.get("received"), "sent": got.get("sent"),
+            "received": got.get("received"), "sent": got.get("sent"), "loopback_bytes": lo,
             "received_share": round(got["received"] / size, 4) if got.get("received") is not None else None}
 
 

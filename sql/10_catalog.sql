@@ -102,6 +102,7 @@ ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS max_emds double precision[];
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS hierarchies jsonb;
 -- a run in parts (docs/scale-out.md): {"parts": n, "automatic": bool[, "auto_partition_rows": rows]};
 -- NULL for a run in one piece (issue 26: a plain call over a large table goes in parts by itself)
+-- (a run pushed down to Citus workers adds "citus_design": 'qi_local' | 'shard_local', docs/scale-out.md)
 ALTER TABLE @schema@.runs ADD COLUMN IF NOT EXISTS partitions jsonb;
 
 COMMENT ON TABLE @schema@.runs IS
