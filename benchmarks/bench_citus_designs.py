@@ -12,7 +12,8 @@ coordinator backend received from and sent to the workers on its sockets
 (``sabre_pg.bench.netio.SocketBytes``) against the table's size, and the bytes over the
 loopback interface during the call (on a one-machine cluster: all traffic between the nodes,
 worker to worker included, plus whatever else the machine sends over 127.0.0.1: an upper
-bound). One JSON line per run.
+bound), and each worker's peak memory (the largest VmHWM of its backends serving Citus's
+connections, read after the call while they are cached). One JSON line per run.
 
     python benchmarks/bench_citus_designs.py --dsn CONNINFO [--rows 100000] [--shards 32] [--parts 32]
 """
@@ -50,6 +51,28 @@ def loopback_bytes() -> int | None:
     return None
 
 
+def worker_peaks(dsn: str, conn) -> dict | None:
+    """{worker: the largest VmHWM (MB) of its backends serving Citus connections}, read while
+    the coordinator session that ran the call is still open (Citus caches one connection per
+    worker for it, the one that anonymized the worker's parts or shards); None when the workers'
+    /proc is not readable from here (a cluster on other machines)."""
+    peaks = {}
+    for host, port in conn.execute("SELECT nodename, nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0 "
+                                   "AND noderole = 'primary'").fetchall():
+        with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, host=host, port=port), autocommit=True) as w:
+            pids = [p for (p,) in w.execute("SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name "
+                                            "LIKE 'citus_internal%%' AND pid <> pg_catalog.pg_backend_pid()")]
+        hwm = []
+        for pid in pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                return None
+            hwm += [int(line.split()[1]) // 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
+        peaks[f"{host}:{port}"] = max(hwm, default=None)
+    return peaks
+
+
 def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict) -> dict:
     qs = sql.Identifier(schema)
     output = f"public.{table}_{options['citus_design']}_{options.get('partitions', 'auto')}"
@@ -68,6 +91,7 @@ def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict)
                            json.dumps({"hierarchies": hierarchies, "keep": ["id"], **options}))).fetchone()
         wall = time.perf_counter() - t0
         lo = None if lo is None else loopback_bytes() - lo
+        peaks = worker_peaks(dsn, conn)
         parts = conn.execute(sql.SQL("SELECT partitions FROM {}.runs WHERE run_id = %s").format(qs),
                              (run_id,)).fetchone()[0]
         checked = conn.execute(sql.SQL("SELECT violations, max_emd, min_class_size FROM {}.sabre_verify("
@@ -79,6 +103,7 @@ def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict)
             "ail": round(ail, 4), "violations": checked[0], "max_emd": checked[1], "min_class_size": checked[2],
             "wall": round(wall, 1), "seconds": round(seconds, 1), "load": load, "table_bytes": size,
             "received": got.get("received"), "sent": got.get("sent"), "loopback_bytes": lo,
+            "worker_vmhwm_mb": peaks,
             "received_share": round(got["received"] / size, 4) if got.get("received") is not None else None}
 
 

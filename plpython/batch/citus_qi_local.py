@@ -153,9 +153,9 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     with clock.phase("partition"):      # the parts, on their workers
         replies, layout = _parts(plpy, req, run_, column, col, staging, driver, shards, staged, {
             **S.base_request(req, column, summary, ranges, hierarchies),
-            "keyed": [["", col], ["_classes", S.SHARD_KEY], ["_keys", col]]})
+            "keyed": [["", col], ["_classes", S.SHARD_KEY], ["_keys", col]], "piece": "part"})
     with clock.phase("check"):
-        facts = S._summed(req, summary, replies)
+        facts = S._summed(req, summary, replies, "part")
     with clock.phase("build_output"):   # back to the source's distribution column
         S.create_distributed(plpy, {s: built[s] for s in ("", "_keys")}, layout, {"": column, "_keys": "key"},
                              req.source["qname"], drop=col)

@@ -57,6 +57,9 @@ TAGS = (("", "o"), ("_classes", "c"), ("_keys", "k"))    # the run's relations' 
 SHARD_KEY = "shard_key"           # <output>_classes' distribution column: a value of the shard's
 SHARD_HINT = ("Distribute the source into fewer shards (create_distributed_table(..., shard_count => n)), "
               "or raise t or lower k; or anonymize a local copy of the table.")
+PART_HINT = ('Ask for fewer parts (options.partitions), or raise t or lower k; or pass options => '
+             '\'{"citus_design": "shard_local"}\'.')
+HINTS = {"shard": SHARD_HINT, "part": PART_HINT}     # a piece of a pushed-down run: a shard, or a QI-local part
 
 
 # ---------------------------------------------------------------------------- coordinator
@@ -84,7 +87,7 @@ def pushdown_column(plpy, req) -> str | None:
         plpy.notice("sabre: %s is distributed, but this run reads it through the coordinator: %s"
                     % (req.source["qname"], "; ".join(why)),
                     hint='Pass options => \'{"keep": ["%s"]}\' with method \'refine\' (the default) and one '
-                         'sensitive attribute to anonymize each shard on its worker.' % column.replace('"', '\\"'))
+                         'sensitive attribute to anonymize the table on its workers.' % column.replace('"', '\\"'))
         return None
     return column
 
@@ -315,24 +318,25 @@ def publish_run(plpy, req, clock, run_, prev, built, facts: dict, replies: list,
              facts["ail"], facts["seconds"])]
 
 
-def _summed(req, summary, replies) -> dict:
+def _summed(req, summary, replies, piece: str = "shard") -> dict:
     """The workers' checks summed: every source row once (each shard's own check) and the SA
     counts of the rows written the whole table's; every class >= k and within t of the whole
-    table, by the exact EMD each worker computed against the whole table's counts."""
+    table, by the exact EMD each worker computed against the whole table's counts.  ``piece``:
+    what each reply anonymized, "shard" or "part" (:data:`HINTS`)."""
     counts = np.sum([r["sa_counts"] for r in replies], axis=0)
     rows = sum(r["rows"] for r in replies)
     if rows != summary.rows or not np.array_equal(counts, summary.counts):
-        raise E.source_changed("the shards' outputs do not hold the source's rows (%d rows written, %d in the "
-                               "SA summary)" % (rows, summary.rows),
+        raise E.source_changed("the %ss' outputs do not hold the source's rows (%d rows written, %d in the "
+                               "SA summary)" % (piece, rows, summary.rows),
                                "Run again; inside REPEATABLE READ if the source is being written.")
     bad = [r for r in replies if r["violations"]]
     if bad:
         worst = max(bad, key=lambda r: r["max_emd"])
         raise E.invalid_parameter(
-            "%d class(es) of %d shard(s) violate t = %g or k = %d against the whole table (max EMD %.6g, "
-            "smallest class %d, shard on %s): a shard's rows alone cannot be split within t of the table"
-            % (sum(r["violations"] for r in bad), len(bad), req.t, req.k, worst["max_emd"],
-               min(r["min_class_size"] for r in bad), worst["node"]), SHARD_HINT)
+            "%d class(es) of %d %s(s) violate t = %g or k = %d against the whole table (max EMD %.6g, "
+            "smallest class %d, %s on %s): a %s's rows alone cannot be split within t of the table"
+            % (sum(r["violations"] for r in bad), len(bad), piece, req.t, req.k, worst["max_emd"],
+               min(r["min_class_size"] for r in bad), piece, worst["node"], piece), HINTS[piece])
     full = [r for r in replies if r["rows"]]
     return {"rows": rows, "classes": sum(r["classes"] for r in replies),
             "min_class_size": min(r["min_class_size"] for r in full),
@@ -432,7 +436,8 @@ def shard_run(plpy, payload, value=None):
                            weights=req.options.weights, sa_plan=plan, search=req.options.search,
                            threads=req.options.threads, reference=table.counts)
     except ValueError as e:
-        raise E.invalid_parameter("shard %s of %s: %s" % (p["shard"], p["source"], e), SHARD_HINT)
+        piece = p.get("piece", "shard")
+        raise E.invalid_parameter("%s %s of %s: %s" % (piece, p["shard"], p["source"], e), HINTS[piece])
     if layout:
         return json.dumps({"layout": _dry_layout(plpy, req, data, own, result, hierarchies, into)})
     keys = publish.write_keys(plpy, req, None, data.keys, result, into)
