@@ -12,7 +12,9 @@ coordinator backend received from and sent to the workers on its sockets
 (``sabre_pg.bench.netio.SocketBytes``) against the table's size, and the bytes over the
 loopback interface during the call (on a one-machine cluster: all traffic between the nodes,
 worker to worker included, plus whatever else the machine sends over 127.0.0.1: an upper
-bound), and each worker's peak memory (the largest VmHWM of its backends serving Citus's
+bound; counting the sockets of the workers' backends that serve the session instead missed
+most of it: Citus fetches the repartitions' intermediate results over connections of their
+own), and each worker's peak memory (the largest VmHWM of its backends serving Citus's
 connections, read after the call while they are cached). One JSON line per run.
 
     python benchmarks/bench_citus_designs.py --dsn CONNINFO [--rows 100000] [--shards 32] [--parts 32]
@@ -57,8 +59,7 @@ def worker_peaks(dsn: str, conn) -> dict | None:
     worker for it, the one that anonymized the worker's parts or shards); None when the workers'
     /proc is not readable from here (a cluster on other machines)."""
     peaks = {}
-    for host, port in conn.execute("SELECT nodename, nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0 "
-                                   "AND noderole = 'primary'").fetchall():
+    for host, port in _workers(conn):
         with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, host=host, port=port), autocommit=True) as w:
             pids = [p for (p,) in w.execute("SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name "
                                             "LIKE 'citus_internal%%' AND pid <> pg_catalog.pg_backend_pid()")]
@@ -71,6 +72,11 @@ def worker_peaks(dsn: str, conn) -> dict | None:
             hwm += [int(line.split()[1]) // 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
         peaks[f"{host}:{port}"] = max(hwm, default=None)
     return peaks
+
+
+def _workers(conn) -> list:
+    return conn.execute("SELECT nodename, nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0 "
+                        "AND noderole = 'primary' ORDER BY nodeport").fetchall()
 
 
 def one_run(dsn: str, schema: str, table: str, hierarchies: dict, options: dict) -> dict:
