@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The expected quality of issue #27's QI-local design, measured without Citus.
 
-QI-local (not built) would repartition the rows once by the split the partitioned runs compute
+QI-local (not built when this was written; now plpython/batch/citus_qi_local.py, measured by
+benchmarks/bench_citus_designs.py) would repartition the rows once by the split the partitioned runs compute
 and anonymize each part with its budget on a worker. A single-node partitioned run
 (``options.partitions = N``, plpython/batch/partition.py) builds the same classes: the same
 split into N parts, each part anonymized with its budget, the exact check against the whole
