@@ -39,6 +39,7 @@ from sabre_pg.core import stopwatch
 from sabre_pg.core.stopwatch import Stopwatch
 
 from ..shared import common as C
+from ..shared import errors as E
 from ..stages import publish
 from . import citus_shards as S
 from . import citus_split, partition
@@ -91,7 +92,11 @@ def _part_shards(plpy, req, table: str, parts: list) -> list:
         found[r["shard"]] = int(r["v"])
     shards = S.shard_rows(plpy, table, req.output.schema)
     if len(shards) != n or any(i not in found for i, _, _ in shards):
-        raise partition._changed()
+        raise E.not_in_prerequisite_state(
+            "the QI-local run's staging table has %d shard placements for %d parts (one shard each was "
+            "expected)" % (len(shards), n),
+            "Set citus.shard_replication_factor to 1 for the run, or pass options => "
+            "'{\"citus_design\": \"shard_local\"}'.")
     return [S.Shard(i, name, "%d::%s" % (found[i], PART_TYPE), node, p.rows, str(found[i]))
             for (i, name, node), p in zip(shards, parts)]
 
