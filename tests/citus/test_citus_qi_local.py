@@ -113,6 +113,14 @@ def test_partitions_sets_the_number_of_parts(ql, citus_cluster):
                                                                                                   False)
     assert rows == ROWS and conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.ql_4'::regclass, "
                                          "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
+    # without options.partitions: a part per worker, more when a part would exceed
+    # options.auto_partition_rows (a worker backend's memory bound)
+    run_id, classes = conn.execute(RUN, (5, "public.ql_4", _opts(auto_partition_rows=700))).fetchone()[:3:2]
+    parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
+    print("auto parts:", parts["part_rows"])
+    assert parts["automatic"] is True and parts["parts"] >= 4 and sum(parts["part_rows"]) == ROWS
+    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.ql_4'::regclass, "
+                        "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
     assert _leftovers(citus_cluster) == 0
 
 
