@@ -140,7 +140,7 @@ def _measured_call(dsn: str, table: str, hierarchies: dict, schema: str, keep: l
         pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
         sockets = SocketBytes(pid, [n["port"] for n in nodes[1:]]) if io_before is not None else None
         procs = NodeProcesses(nodes)
-        cluster = ClusterSockets({n["node"]: n["port"] for n in nodes}, procs.owners)
+        cluster = ClusterSockets({n["node"]: n["port"] for n in nodes}, procs.owners, kind=procs.kind)
         t0 = time.perf_counter()
         with procs, cluster, sockets or contextlib.nullcontext():
             row = _anonymize(conn, sql.Identifier(schema), table, hierarchies, keep, design)
@@ -240,6 +240,13 @@ def throughput(r: dict) -> dict:
     return out
 
 
+def workers_rate(r: dict) -> float | None:
+    """The distributed run's source rows per CPU second of all the workers' backends together
+    (design-independent: QI-local's workers anonymize parts, not the shards they hold)."""
+    used = [m["cpu_s"] for n, m in (r.get("nodes") or {}).items() if n != "coordinator" and m]
+    return r["rows"] / sum(used) if r.get("distributed") and used and sum(used) > 0 else None
+
+
 def _label(r: dict) -> str:
     return f"distributed, {r['design']}" if r.get("distributed") else "one node"
 
@@ -254,12 +261,15 @@ def _nodes_lines(r: dict) -> list:
         f"{m['other_processes_cpu_s']:.2f} s)" + (f"; {r['rows_per_node'][node]:,} rows, "
                                                   f"{speed[node]:,.0f} rows per CPU second" if node in speed else "")))
         for node, m in (r.get("nodes") or {}).items()]
+    if workers_rate(r) is not None:
+        lines.append(f"      all workers: {workers_rate(r):,.0f} source rows per CPU second of their backends")
     net = r.get("between_nodes")
     if net is not None and r.get("distributed"):
         lines.append(f"      between the nodes: {net['total'] / 1e6:.3f} MB = {per_row:.2f} bytes per source row ("
                      + ", ".join(f"{n} sent {v['sent'] / 1e6:.3f} MB, received {v['received'] / 1e6:.3f} MB"
                                  for n, v in net["nodes"].items())
-                     + f"; unattributed {net['unattributed_bytes']} bytes)")
+                     + f"; the servers' own processes {net['background'] / 1e6:.3f} MB more, "
+                     f"unattributed {net['unattributed_bytes']} bytes)")
     return lines
 
 
@@ -319,11 +329,11 @@ def table_md(results: list) -> str:
     lines = ["| rows | table | seconds | classes | AIL | max EMD | violations | coordinator received (distributed) "
              "or read (local) / table | coordinator network bytes per row | bytes between nodes per row | "
              "peak VmHWM per backend (MB): coordinator / workers | CPU s: coordinator / workers | "
-             "rows per CPU s per worker (one node: coordinator) | output |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "rows per CPU s per worker (one node: coordinator) | rows per CPU s, all workers | output |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if not r.get("available", True):
-            lines.append(f"| {r['rows']:,} | {_label(r)} | not available: {r['reason']} |" + " |" * 11)
+            lines.append(f"| {r['rows']:,} | {_label(r)} | not available: {r['reason']} |" + " |" * 12)
             continue
         share, net, between = coordinator_share(r), network_per_row(r), between_per_row(r)
         nodes = r.get("nodes") or {}
@@ -335,7 +345,8 @@ def table_md(results: list) -> str:
             f"{r['max_emd']:.4f} | {r['verify']['violations']} | {'n/a' if share is None else f'{share:.4f}'} | "
             f"{'-' if net is None else f'{net:.2f}'} | {'-' if between is None else f'{between:.2f}'} | "
             f"{_mb(nodes.get('coordinator'))} / {', '.join(_mb(m) for m in workers)} | {cpu} | "
-            f"{', '.join(f'{v:,.0f}' for v in throughput(r).values()) or 'n/a'} | {r['placement']['output']} |")
+            f"{', '.join(f'{v:,.0f}' for v in throughput(r).values()) or 'n/a'} | "
+            f"{'-' if workers_rate(r) is None else f'{workers_rate(r):,.0f}'} | {r['placement']['output']} |")
     return "\n".join(lines)
 
 

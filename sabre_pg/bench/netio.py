@@ -159,11 +159,12 @@ class ClusterSockets:
     socket-destroy events (``ss -tinE``) as :class:`SocketBytes` does; a socket closed before any
     poll saw it is reported apart (``unattributed_bytes``)."""
 
-    def __init__(self, ports: dict, owners, interval: float = 0.1):
+    def __init__(self, ports: dict, owners, interval: float = 0.2, kind=None):
         self.ports, self.owners, self.interval = dict(ports), owners, interval
+        self.kind = kind or (lambda pid: "backend")
         self.node_of_port = {p: n for n, p in self.ports.items()}
         self.available = shutil.which("ss") is not None
-        self.seen: dict = {}     # (local, peer) -> [client node, inode, received and sent at the start, now]
+        self.seen: dict = {}     # (local, peer) -> [client node, inode, received and sent at the start, now, kind]
         self._stop = threading.Event()
 
     def _snapshot(self, start: bool = False) -> None:
@@ -178,8 +179,8 @@ class ClusterSockets:
             if key not in self.seen:
                 inode = _INODE.search(block)
                 self.seen[key] = [None, int(inode.group(1)) if inode else 0,
-                                  *((received, sent) if start else (0, 0)), received, sent]
-            self.seen[key][4:] = [received, sent]
+                                  *((received, sent) if start else (0, 0)), received, sent, None]
+            self.seen[key][4:6] = [received, sent]
         self._attribute()
 
     def _attribute(self) -> None:
@@ -191,6 +192,7 @@ class ClusterSockets:
         for inode, pid in {**_socket_inodes(owners), **_socket_inodes([os.getpid()])}.items():
             if inode in pending:
                 pending[inode][0] = owners.get(pid, "bench")
+                pending[inode][6] = self.kind(pid) if pid in owners else None
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval):
@@ -222,39 +224,45 @@ class ClusterSockets:
         unattributed = 0
         for key, (_owner, received, sent) in closed.items():
             if key in self.seen:
-                self.seen[key][4:] = [received, sent]
+                self.seen[key][4:6] = [received, sent]
             elif _port(key[1]) in self.node_of_port:
                 unattributed += received + sent
-        for (local, peer), (node, _inode, r0, s0, received, sent) in self.seen.items():
+        for (local, peer), (node, _inode, r0, s0, received, sent, kind) in self.seen.items():
             if node in (None, "bench"):
                 continue                                    # the bench's own, or no owner found
-            pair = pairs.setdefault((node, self.node_of_port[_port(peer)]), [0, 0, 0])
+            pair = pairs.setdefault((node, self.node_of_port[_port(peer)], kind), [0, 0, 0])
             pair[0], pair[1], pair[2] = pair[0] + sent - s0, pair[1] + received - r0, pair[2] + 1
-        return {"pairs": [{"client": a, "server": b, "client_sent": s, "client_received": r, "sockets": n}
-                          for (a, b), (s, r, n) in sorted(pairs.items())],
+        return {"pairs": [{"client": a, "server": b, "kind": k, "client_sent": s, "client_received": r,
+                           "sockets": n} for (a, b, k), (s, r, n) in sorted(pairs.items())],
                 "unattributed_bytes": unattributed}
 
     def result(self) -> dict | None:
-        """``{"pairs": [{client node, server node, client_sent, client_received, sockets}],
-        "unattributed_bytes"}`` (a node connecting to itself is a pair too), or None."""
+        """``{"pairs": [{client node, server node, kind (``kind(pid)`` of the client end's process),
+        client_sent, client_received, sockets}], "unattributed_bytes"}`` (a node connecting to
+        itself is a pair too), or None."""
         return getattr(self, "_result", None) if self.available else None
 
 
 def between_nodes(result: dict | None) -> dict | None:
-    """From :meth:`ClusterSockets.result`: ``{"total": bytes crossing between different nodes,
-    "nodes": {node: {"sent", "received"}}, "unattributed_bytes", "pairs"}``; a node's connections
-    to itself are left out of the total and the nodes' sums."""
+    """From :meth:`ClusterSockets.result`: ``{"total": bytes crossing between different nodes on
+    connections opened by backends, "nodes": {node: {"sent", "received"}}, "background": the same
+    on connections of the servers' own processes (Citus's maintenance daemon), "unattributed_bytes",
+    "pairs"}``; a node's connections to itself are left out of the sums."""
     if result is None:
         return None
     nodes: dict = {}
-    total = 0
+    total = background = 0
     for p in result["pairs"]:
         if p["client"] == p["server"]:
+            continue
+        if p["kind"] != "backend":
+            background += p["client_sent"] + p["client_received"]
             continue
         total += p["client_sent"] + p["client_received"]
         for node, sent, received in ((p["client"], p["client_sent"], p["client_received"]),
                                      (p["server"], p["client_received"], p["client_sent"])):
             mine = nodes.setdefault(node, {"sent": 0, "received": 0})
             mine["sent"], mine["received"] = mine["sent"] + sent, mine["received"] + received
-    return {"total": total, "nodes": nodes, "unattributed_bytes": result["unattributed_bytes"],
+    return {"total": total, "nodes": nodes, "background": background,
+            "unattributed_bytes": result["unattributed_bytes"],
             "pairs": result["pairs"]}

@@ -114,6 +114,11 @@ class NodeProcesses:
         """{pid: node name} of the nodes' processes now (for :class:`sabre_pg.bench.netio.ClusterSockets`)."""
         return {pid: n["node"] for n in self.nodes for pid in _children(n["postmaster"])}
 
+    def kind(self, pid: int) -> str:
+        """'backend' (a client backend or a parallel worker) or 'server process' (the others)."""
+        cmd = self.last[pid][3] if pid in self.last else _cmdline(pid)
+        return "backend" if BACKEND.match(cmd) else "server process"
+
     def _poll(self, start: bool = False) -> None:
         alive = set()
         for n in self.nodes:
