@@ -256,9 +256,9 @@ def _nodes_lines(r: dict) -> list:
     speed = throughput(r)
     lines = [f"      {node}: " + ("n/a (not visible from here)" if m is None else (
         "peak VmHWM of a backend " + ("n/a (none worked)" if m["vmhwm_mb"] is None else f"{m['vmhwm_mb']:.0f} MB")
-        + f", CPU {m['cpu_s']:.2f} s in {m['backends']} "
-        f"backend(s) (exited {m['exited_cpu_s']:.2f} s; the server's own processes "
-        f"{m['other_processes_cpu_s']:.2f} s)" + (f"; {r['rows_per_node'][node]:,} rows, "
+        + f", CPU {m['cpu_s']:.2f} s in {m['backends']} backend(s) (of which exited {m['exited_cpu_s']:.2f} s; "
+        f"the server's own processes {m['other_processes_cpu_s']:.2f} s, "
+        f"children unseen {m['unseen_exited_cpu_s']:.2f} s)" + (f"; {r['rows_per_node'][node]:,} rows, "
                                                   f"{speed[node]:,.0f} rows per CPU second" if node in speed else "")))
         for node, m in (r.get("nodes") or {}).items()]
     if workers_rate(r) is not None:

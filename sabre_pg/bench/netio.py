@@ -247,7 +247,10 @@ def between_nodes(result: dict | None) -> dict | None:
     """From :meth:`ClusterSockets.result`: ``{"total": bytes crossing between different nodes on
     connections opened by backends, "nodes": {node: {"sent", "received"}}, "background": the same
     on connections of the servers' own processes (Citus's maintenance daemon), "unattributed_bytes",
-    "pairs"}``; a node's connections to itself are left out of the sums."""
+    "pairs"}``; a node's connections to itself are left out of the sums. ``total`` includes the
+    unattributed bytes: sockets to a node's port that no poll saw (Citus's short repartition
+    connections between workers; the bench's own connections are all open before the call), which
+    the nodes' sums cannot place."""
     if result is None:
         return None
     nodes: dict = {}
@@ -263,6 +266,7 @@ def between_nodes(result: dict | None) -> dict | None:
                                      (p["server"], p["client_received"], p["client_sent"])):
             mine = nodes.setdefault(node, {"sent": 0, "received": 0})
             mine["sent"], mine["received"] = mine["sent"] + sent, mine["received"] + received
+    total += result["unattributed_bytes"]   # sockets to a node's port closed between two polls
     return {"total": total, "nodes": nodes, "background": background,
             "unattributed_bytes": result["unattributed_bytes"],
             "pairs": result["pairs"]}

@@ -15,12 +15,15 @@ for each child
   ...``, or a parallel worker) or one of the server's own processes (checkpointer, the Citus
   maintenance daemon, autovacuum ...).
 
-A backend that exits during the call is read at the polls before; the CPU of the children the
-postmaster reaped during the call is exact all the same: the postmaster's ``cutime + cstime``
-(the CPU of its reaped children) is read at both ends (``exited_cpu_s``).
+A backend that exits during the call is counted as its last poll saw it (up to ``interval``
+seconds of CPU missed); what no poll saw of the children the postmaster reaped during the call
+(a child born and gone between two polls, a child's last moments) is the postmaster's ``cutime +
+cstime`` (the CPU of its reaped children) at the end less at the start, less what the polls saw
+of them: reported apart (``unseen_exited_cpu_s``), not in a node's CPU.
 
-A backend "worked" when its CPU grew during the call; a node's memory is the largest
-``VmHWM`` among its backends that worked, its CPU the sum of their CPU plus the reaped children's.
+A backend "worked" when its CPU grew during the call; a node's memory is the largest ``VmHWM``
+among its backends that worked, its CPU the sum of theirs. The server's own processes
+(autovacuum, the Citus maintenance daemon ...) are reported apart.
 Needs the right to read the postgres processes' ``/proc`` files (root or the server's OS user).
 """
 from __future__ import annotations
@@ -154,26 +157,26 @@ class NodeProcesses:
 
     def _node(self, name: str) -> dict:
         mine = {pid: v for pid, v in self.last.items() if v[0] == name}
-        worked = [(pid, cpu - self.first[pid], hwm) for pid, (_n, cpu, hwm, cmd) in mine.items()
-                  if BACKEND.match(cmd) and cpu - self.first[pid] > 0]
-        live = sum(cpu - self.first[pid] for pid, (_n, cpu, _h, cmd) in mine.items()
-                   if pid in self.alive and BACKEND.match(cmd))
-        others = sum(cpu - self.first[pid] for pid, (_n, cpu, _h, cmd) in mine.items()
-                     if pid in self.alive and not BACKEND.match(cmd))
-        # the reaped children's CPU, less what those that were there at the start had used before
+        used = {pid: (cpu - self.first[pid], hwm, bool(BACKEND.match(cmd))) for pid, (_n, cpu, hwm, cmd) in mine.items()}
+        worked = [(pid, cpu, hwm) for pid, (cpu, hwm, backend) in used.items() if backend and cpu > 0]
+        # the children reaped during the call: their CPU after their last poll, or of those no poll saw
         start, end = self.reaped.get(name, [0.0, 0.0])
-        exited = max(0.0, end - start - sum(self.first[pid] for pid in mine if pid not in self.alive))
+        unseen = max(0.0, end - start - sum(mine[pid][1] for pid in mine if pid not in self.alive))
         peak = max(worked, key=lambda w: w[2] or 0, default=None)
-        return {"backends": len(worked), "cpu_s": round(live + exited, 3), "exited_cpu_s": round(exited, 3),
-                "other_processes_cpu_s": round(others, 3),
+        return {"backends": len(worked), "cpu_s": round(sum(w[1] for w in worked), 3),
+                "exited_cpu_s": round(sum(c for pid, (c, _h, b) in used.items() if b and pid not in self.alive), 3),
+                "unseen_exited_cpu_s": round(unseen, 3),
+                "other_processes_cpu_s": round(sum(c for c, _h, b in used.values() if not b), 3),
                 "vmhwm_mb": None if peak is None or peak[2] is None else round(peak[2], 1),
                 "per_backend": [{"pid": p, "cpu_s": round(c, 3), "vmhwm_mb": h and round(h, 1),
                                  "exited": p not in self.alive} for p, c, h in sorted(worked)]}
 
     def result(self) -> dict:
-        """{node name: {"backends" (that worked), "cpu_s" (theirs, and the exited children's),
-        "exited_cpu_s", "other_processes_cpu_s", "vmhwm_mb" (the largest among the backends that
-        worked), "per_backend"}}, None for a node whose processes are not visible."""
+        """{node name: {"backends" (that worked), "cpu_s" (theirs, those that exited included),
+        "exited_cpu_s" (of that, the backends that exited), "unseen_exited_cpu_s" (children reaped
+        during the call: CPU no poll saw), "other_processes_cpu_s" (the server's own: autovacuum,
+        Citus's daemon ...), "vmhwm_mb" (the largest among the backends that worked),
+        "per_backend"}}, None for a node whose processes are not visible."""
         out = {name: None for name in self.names}
         for n in self.nodes:
             out[n["node"]] = self._node(n["node"])
