@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     print(f"sabre-pg Citus benchmark: {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
     try:
         results = citus.run_citus(dsn, options.rows, options.schema, echo=lambda text: print(text, flush=True),
-                                  shards=options.shards, designs=designs)
+                                  shards=options.shards, designs=designs, out=options.out)
     except citus.NotCitus as e:
         print(f"bench_citus.py: {e}", file=sys.stderr)
         return 2

@@ -208,7 +208,7 @@ def citus_main(args, opts, schema: str, out: Path) -> int:
     designs = [d.strip() for d in (getattr(opts, "designs", None) or ",".join(citus.DESIGNS)).split(",") if d.strip()]
     try:
         results = citus.run_citus(resolve_dsn(args), sizes, schema, echo=lambda text: print(text, flush=True),
-                                  shards=citus.QUICK_SHARDS if opts.quick else None, designs=designs)
+                                  shards=citus.QUICK_SHARDS if opts.quick else None, designs=designs, out=out)
     except citus.NotCitus as e:
         print(f"sabre-pg bench --citus: {e}", file=sys.stderr)
         return 2

@@ -247,6 +247,11 @@ def workers_rate(r: dict) -> float | None:
     return r["rows"] / sum(used) if r.get("distributed") and used and sum(used) > 0 else None
 
 
+def _num(value, spec: str) -> str:
+    """A number, or n/a (a partitioned run, automatic at more than auto_partition_rows, reports no AIL)."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def _label(r: dict) -> str:
     return f"distributed, {r['design']}" if r.get("distributed") else "one node"
 
@@ -258,7 +263,7 @@ def _nodes_lines(r: dict) -> list:
         "peak VmHWM of a backend " + ("n/a (none worked)" if m["vmhwm_mb"] is None else f"{m['vmhwm_mb']:.0f} MB")
         + f", CPU {m['cpu_s']:.2f} s in {m['backends']} backend(s) (of which exited {m['exited_cpu_s']:.2f} s; "
         f"the server's own processes {m['other_processes_cpu_s']:.2f} s, "
-        f"children unseen {m['unseen_exited_cpu_s']:.2f} s)" + (f"; {r['rows_per_node'][node]:,} rows, "
+        f"children unseen {m.get('unseen_exited_cpu_s', 0):.2f} s)" + (f"; {r['rows_per_node'][node]:,} rows, "
                                                   f"{speed[node]:,.0f} rows per CPU second" if node in speed else "")))
         for node, m in (r.get("nodes") or {}).items()]
     if workers_rate(r) is not None:
@@ -284,8 +289,8 @@ def describe(r: dict) -> str:
         + ("received" if r.get("distributed") else "read") + " (target < 0.1x)")
     v = r["verify"]
     return "\n".join([
-        f"   {r['table']} ({_label(r)}): {r['wall']:.2f} s wall ({r['seconds']:.2f} s inside), "
-        f"{r['classes']:,} classes, AIL {r['ail']:.4f}, max EMD {r['max_emd']:.4f}; load {r['load']}"
+        f"   {r['table']} ({_label(r)}): {r['wall']:.2f} s wall ({_num(r['seconds'], '.2f')} s inside), "
+        f"{r['classes']:,} classes, AIL {_num(r['ail'], '.4f')}, max EMD {_num(r['max_emd'], '.4f')}; load {r['load']}"
         + ("" if r.get("design_option", True) else " [options.citus_design not known to the server: run without it]"),
         f"      sabre_verify: {v['violations']} violations in {v['classes']:,} classes (smallest {v['min_class_size']})",
         f"      coordinator backend: {share}; VmHWM "
@@ -296,9 +301,10 @@ def describe(r: dict) -> str:
 
 
 def run_citus(dsn: str, sizes, schema: str = "sabre", echo=print, shards: int | None = None,
-              designs=DESIGNS) -> list:
+              designs=DESIGNS, out=None) -> list:
     """Each size: the local table on one node (the baseline), then its distributed copy
-    (``shards``: see :func:`ensure_distributed`) with each class design of ``designs``; the records."""
+    (``shards``: see :func:`ensure_distributed`) with each class design of ``designs``; the records
+    (also written to the folder ``out`` after each run, when given: a long run keeps what it did)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         workers = require_citus(conn)
     results = []
@@ -316,8 +322,10 @@ def run_citus(dsn: str, sizes, schema: str = "sabre", echo=print, shards: int | 
                 dsn, name, hierarchies, schema, design)
             r = {"rows": rows, "workers": workers, "shards": shard_count if design else None,
                  "distributed": design is not None, "rows_per_node": held[name], **r}
-            echo(describe(r))
             results.append(r)
+            if out is not None:
+                write(results, out)
+            echo(describe(r))
     return results
 
 
@@ -341,8 +349,8 @@ def table_md(results: list) -> str:
         cpu = "n/a" if nodes.get("coordinator") is None else f"{nodes['coordinator']['cpu_s']:.1f} / " + ", ".join(
             "n/a" if m is None else f"{m['cpu_s']:.1f}" for m in workers)
         lines.append(
-            f"| {r['rows']:,} | {_label(r)} | {r['wall']:.2f} | {r['classes']:,} | {r['ail']:.4f} | "
-            f"{r['max_emd']:.4f} | {r['verify']['violations']} | {'n/a' if share is None else f'{share:.4f}'} | "
+            f"| {r['rows']:,} | {_label(r)} | {r['wall']:.2f} | {r['classes']:,} | {_num(r['ail'], '.4f')} | "
+            f"{_num(r['max_emd'], '.4f')} | {r['verify']['violations']} | {'n/a' if share is None else f'{share:.4f}'} | "
             f"{'-' if net is None else f'{net:.2f}'} | {'-' if between is None else f'{between:.2f}'} | "
             f"{_mb(nodes.get('coordinator'))} / {', '.join(_mb(m) for m in workers)} | {cpu} | "
             f"{', '.join(f'{v:,.0f}' for v in throughput(r).values()) or 'n/a'} | "
