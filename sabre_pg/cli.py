@@ -54,6 +54,7 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, metavar="N", help="n of the main configuration")
     p.add_argument("--queries", type=int, metavar="Q", help="queries per workload (10000; --quick 1000)")
     p.add_argument("--sizes", metavar="N,N,...", help="n values of the scalability sweep")
+    p.add_argument("--designs", metavar="D,D", help="with --citus: shard_local,qi_local (default: both)")
     p.add_argument("--no-peer", action="store_true", help="skip the Mondrian peer (anonypyx)")
     p.add_argument("--seed", type=int, default=1, help="data and workload seed (default: 1)")
     p.add_argument("--keep", action="store_true", help="keep the output tables")

@@ -6,7 +6,8 @@
     sabre-pg bench --multi-sa [--quick] ...     several SAs (:mod:`sabre_pg.bench.multi_sa`)
     sabre-pg bench --stream [--full] [--rows N] SABRE_W, Figs 15-16 (:mod:`sabre_pg.bench.stream`)
     sabre-pg bench --speed [--sizes N,...]      plain calls against a plain copy (:mod:`sabre_pg.bench.speed`)
-    sabre-pg bench --citus [--rows N]           Citus: distributed against one node (:mod:`sabre_pg.bench.citus`)
+    sabre-pg bench --citus [--rows N] [--designs shard_local,qi_local]
+                                                Citus: distributed against one node (:mod:`sabre_pg.bench.citus`)
 
 Every configuration runs ``sabre_anonymize`` (SABRE-AK and SABRE-KNN) on a generated census
 table and measures the output with the SQL metric functions (``sabre_utility``,
@@ -194,10 +195,8 @@ def speed_main(args, opts, schema: str, out: Path) -> int:
 
 def citus_main(args, opts, schema: str, out: Path) -> int:
     """``sabre-pg bench --citus`` (:mod:`sabre_pg.bench.citus`): on a Citus coordinator, the default
-    call on a distributed table against the same table on one node (--sizes or --rows; default
-    100000, --quick 5000)."""
-    import json
-
+    call on a distributed table with each class design of --designs (default: both) against the
+    same table on one node (--sizes or --rows; default 1000000, --quick 5000)."""
     from sabre_pg.bench import citus
     from sabre_pg.connect import resolve_dsn
 
@@ -206,15 +205,14 @@ def citus_main(args, opts, schema: str, out: Path) -> int:
         sizes = [int(x) for x in opts.sizes.split(",") if x.strip()]
     elif opts.rows:
         sizes = [opts.rows]
+    designs = [d.strip() for d in (getattr(opts, "designs", None) or ",".join(citus.DESIGNS)).split(",") if d.strip()]
     try:
         results = citus.run_citus(resolve_dsn(args), sizes, schema, echo=lambda text: print(text, flush=True),
-                                  shards=citus.QUICK_SHARDS if opts.quick else None)
+                                  shards=citus.QUICK_SHARDS if opts.quick else None, designs=designs, out=out)
     except citus.NotCitus as e:
         print(f"sabre-pg bench --citus: {e}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "citus.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    (out / "citus.md").write_text(citus.table_md(results) + "\n")
+    citus.write(results, out)
     print(f"bench --citus finished; results in {out}/ (citus.json, citus.md)")
     return 0
 

@@ -121,3 +121,152 @@ class SocketBytes:
 
     def result(self) -> dict | None:
         return getattr(self, "_result", None) if self.available else None
+
+
+_INODE = re.compile(r"\bino:(\d+)")
+
+
+def _socket_inodes(pids) -> dict:
+    """{socket inode: pid} over the open files of the given processes."""
+    found = {}
+    for pid in pids:
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                found[int(target[8:-1])] = pid
+    return found
+
+
+class ClusterSockets:
+    """The bytes that cross between the nodes of a cluster running on this machine, per pair of
+    nodes: ``with ClusterSockets(ports, owners) as s: ...``; then ``s.result()``.
+
+    ``ports``: {node name: its server port}; ``owners()``: {pid: node name} of the nodes' live
+    processes (:class:`sabre_pg.bench.nodes.NodeProcesses` ``.owners``). Every connection between
+    two nodes has its client end in a process of one node and its server end at another node's
+    port, so the client ends are counted (each byte once): TCP sockets whose peer port is a node's
+    port, owned by a process of a node (its socket inode among that process's open files). The
+    bench's own connections to the coordinator are not a node's and are left out. Polls
+    ``ss -tineH`` (no ``-p``: the inode, then only the nodes' open files are read, which is far
+    cheaper than ``ss -p``'s scan of every process) every ``interval`` seconds and listens to the
+    socket-destroy events (``ss -tinE``) as :class:`SocketBytes` does; a socket closed before any
+    poll saw it is reported apart (``unattributed_bytes``)."""
+
+    def __init__(self, ports: dict, owners, interval: float = 0.2, kind=None):
+        self.ports, self.owners, self.interval = dict(ports), owners, interval
+        self.kind = kind or (lambda pid: "backend")
+        self.node_of_port = {p: n for n, p in self.ports.items()}
+        self.available = shutil.which("ss") is not None
+        self.seen: dict = {}     # (local, peer) -> [client node, inode, received and sent at the start, now, kind]
+        self._stop = threading.Event()
+
+    def _snapshot(self, start: bool = False) -> None:
+        out = subprocess.run(["ss", "-tineH"], capture_output=True, text=True).stdout
+        for block in re.split(r"\n(?=\S)", out):
+            fields = block.split()
+            if len(fields) < 5 or _port(fields[4]) not in self.node_of_port:
+                continue
+            counters = dict((k, int(v)) for k, v in _COUNTER.findall(block))
+            received, sent = counters.get("bytes_received", 0), counters.get("bytes_sent", 0)
+            key = (fields[3], fields[4])
+            if key not in self.seen:
+                inode = _INODE.search(block)
+                self.seen[key] = [None, int(inode.group(1)) if inode else 0,
+                                  *((received, sent) if start else (0, 0)), received, sent, None]
+            self.seen[key][4:6] = [received, sent]
+        self._attribute()
+
+    def _attribute(self) -> None:
+        """The node of each socket not attributed yet (the bench's own sockets are marked once)."""
+        pending = {v[1]: v for v in self.seen.values() if v[0] is None and v[1]}
+        if not pending:
+            return
+        owners = self.owners()
+        for inode, pid in {**_socket_inodes(owners), **_socket_inodes([os.getpid()])}.items():
+            if inode in pending:
+                pending[inode][0] = owners.get(pid, "bench")
+                pending[inode][6] = self.kind(pid) if pid in owners else None
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._snapshot()
+
+    def __enter__(self):
+        if not self.available:
+            return self
+        self._events = subprocess.Popen(["ss", "-tinEH"], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.2)                                     # the listener is subscribed
+        self._snapshot(start=True)
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if not self.available:
+            return False
+        self._stop.set()
+        self._thread.join()
+        self._snapshot()
+        time.sleep(0.2)                                     # the last destroy events arrive
+        self._events.terminate()
+        self._result = self._tally(_parse(self._events.communicate()[0]))
+        return False
+
+    def _tally(self, closed: dict) -> dict:
+        pairs: dict = {}
+        unattributed = 0
+        for key, (_owner, received, sent) in closed.items():
+            if key in self.seen:
+                self.seen[key][4:6] = [received, sent]
+            elif _port(key[1]) in self.node_of_port:
+                unattributed += received + sent
+        for (local, peer), (node, _inode, r0, s0, received, sent, kind) in self.seen.items():
+            if node in (None, "bench"):
+                continue                                    # the bench's own, or no owner found
+            pair = pairs.setdefault((node, self.node_of_port[_port(peer)], kind), [0, 0, 0])
+            pair[0], pair[1], pair[2] = pair[0] + sent - s0, pair[1] + received - r0, pair[2] + 1
+        return {"pairs": [{"client": a, "server": b, "kind": k, "client_sent": s, "client_received": r,
+                           "sockets": n} for (a, b, k), (s, r, n) in sorted(pairs.items())],
+                "unattributed_bytes": unattributed}
+
+    def result(self) -> dict | None:
+        """``{"pairs": [{client node, server node, kind (``kind(pid)`` of the client end's process),
+        client_sent, client_received, sockets}], "unattributed_bytes"}`` (a node connecting to
+        itself is a pair too), or None."""
+        return getattr(self, "_result", None) if self.available else None
+
+
+def between_nodes(result: dict | None) -> dict | None:
+    """From :meth:`ClusterSockets.result`: ``{"total": bytes crossing between different nodes on
+    connections opened by backends, "nodes": {node: {"sent", "received"}}, "background": the same
+    on connections of the servers' own processes (Citus's maintenance daemon), "unattributed_bytes",
+    "pairs"}``; a node's connections to itself are left out of the sums. ``total`` includes the
+    unattributed bytes: sockets to a node's port that no poll saw (Citus's short repartition
+    connections between workers; the bench's own connections are all open before the call), which
+    the nodes' sums cannot place."""
+    if result is None:
+        return None
+    nodes: dict = {}
+    total = background = 0
+    for p in result["pairs"]:
+        if p["client"] == p["server"]:
+            continue
+        if p["kind"] != "backend":
+            background += p["client_sent"] + p["client_received"]
+            continue
+        total += p["client_sent"] + p["client_received"]
+        for node, sent, received in ((p["client"], p["client_sent"], p["client_received"]),
+                                     (p["server"], p["client_received"], p["client_sent"])):
+            mine = nodes.setdefault(node, {"sent": 0, "received": 0})
+            mine["sent"], mine["received"] = mine["sent"] + sent, mine["received"] + received
+    total += result["unattributed_bytes"]   # sockets to a node's port closed between two polls
+    return {"total": total, "nodes": nodes, "background": background,
+            "unattributed_bytes": result["unattributed_bytes"],
+            "pairs": result["pairs"]}
