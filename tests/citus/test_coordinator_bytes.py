@@ -22,7 +22,12 @@ def test_socket_bytes_count_what_citus_says_the_workers_sent(citus_cluster):
         try:
             pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
             ports = [p for (p,) in conn.execute("SELECT nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0")]
-            with SocketBytes(pid, ports) as sockets:
+            # in a transaction: Citus keeps its connections to the workers open until the end of
+            # the transaction, so SocketBytes's last snapshot sees every one (in autocommit they
+            # close with the statement, and under load a poll of ss -p, slow with many
+            # processes, can miss a socket opened and closed between two polls: then its bytes
+            # are only "unattributed")
+            with conn.transaction(), SocketBytes(pid, ports) as sockets:
                 plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE) SELECT * FROM public.netio")]
             got = sockets.result()
             assert got is not None, "ss cannot see the coordinator backend's sockets"
