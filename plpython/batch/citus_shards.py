@@ -22,8 +22,9 @@ returns aggregates only: rows, classes, sizes, EMDs, violations, its SA counts, 
 information loss.  The coordinator sums them; anything off and nothing is published.
 
 The relations' columns (created empty on the coordinator, then distributed colocated with the
-source) come first from a dry run on the first shard: written WITH NO DATA in a subtransaction
-its worker rolls back.  Class ids are unique across shards: each shard's start after the rows
+source) come first from a dry run on the first shard: its rows read and put in one class
+(t-Mondrian with k = the shard's rows: no search, about the read's cost; the columns do not
+depend on the classes), written WITH NO DATA in a subtransaction its worker rolls back.  Class ids are unique across shards: each shard's start after the rows
 of the shards before it.  The run uses :data:`CONNECTIONS` connection(s) per worker: a worker
 anonymizes its shards one after another, the workers in parallel.
 
@@ -429,12 +430,15 @@ def shard_run(plpy, payload, value=None):
     try:
         if own.rows < req.k:
             raise ValueError("the shard has %d rows, fewer than k = %d" % (own.rows, req.k))
-        plan = plan_from_counts(own.counts, domain, req.t, req.k, req.options.lookahead)
         data = scan.read(plpy, req, encodings, own)
         qis = scan.quasi_identifiers(req, data.data, hierarchies)
-        result = anonymize(qis, data.sa_codes, domain, req.t, req.k, method=req.method, seed=req.options.seed,
-                           weights=req.options.weights, sa_plan=plan, search=req.options.search,
-                           threads=req.options.threads, reference=table.counts)
+        if layout:      # only the relations' columns: one class of every row (no cut can keep k = n)
+            result = anonymize(qis, data.sa_codes, domain, 1.0, own.rows, method="mondrian", with_emds=False)
+        else:
+            plan = plan_from_counts(own.counts, domain, req.t, req.k, req.options.lookahead)
+            result = anonymize(qis, data.sa_codes, domain, req.t, req.k, method=req.method, seed=req.options.seed,
+                               weights=req.options.weights, sa_plan=plan, search=req.options.search,
+                               threads=req.options.threads, reference=table.counts)
     except ValueError as e:
         piece = p.get("piece", "shard")
         raise E.invalid_parameter("%s %s of %s: %s" % (piece, p["shard"], p["source"], e), HINTS[piece])
