@@ -56,6 +56,7 @@ PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
 TAG_BYTES = 4
 CHECK_ROWS = 1 << 20     # rows per chunk of the check of one output the parts wrote into
+KEYS_IN_MEMORY = 1 << 24  # up to this many rows, an integer key's exactly-once check sorts the keys in numpy
 
 
 @dataclass(frozen=True)
@@ -802,18 +803,12 @@ def check_every_row_once(plpy, req, built, written: Written | None = None):
     ``= ANY (subquery)``, the semi-join EXISTS would be: Citus plans it on a distributed source.)
     ``written``: the check of ``built`` themselves (:func:`check_written_in_chunks`: each class
     has as many output rows as keys), relations of this transaction no other session sees -- their
-    row counts are then its sizes' sum, not counted again (two scans fewer: the output and keys)."""
-    key, src = C.ident(req.key.name), req.source["read"]
-    filt = req.row_filter()
-    counted = "(SELECT pg_catalog.count(*) FROM %s) AS keys, (SELECT pg_catalog.count(*) FROM %s) AS output_rows, " \
-        % (built["_keys"], built[""]) if written is None else \
-        "%d::pg_catalog.int8 AS keys, %d::pg_catalog.int8 AS output_rows, " % ((int(written.sizes.sum()),) * 2)
-    r = plpy.execute(
-        "SELECT %(counted)s(SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
-        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE s.%(key)s OPERATOR(pg_catalog.=) ANY (SELECT k.key "
-        "FROM %(k)s AS k)%(and)s) AS matched" % {
-            "counted": counted, "k": built["_keys"], "src": src, "key": key, "filt": filt,
-            "and": filt.replace(" WHERE ", " AND ", 1)})[0]
+    row counts are then its sizes' sum, not counted again (two scans fewer: the output and keys);
+    with an integer key and at most ``KEYS_IN_MEMORY`` rows, the same counts from the sorted keys
+    in numpy (:func:`_rows_once_in_memory`)."""
+    r = None if written is None else _rows_once_in_memory(plpy, req, built, int(written.sizes.sum()))
+    if r is None:
+        r = _rows_once_in_sql(plpy, req, built, written)
     n = r["source_rows"]
     if not r["keys"] == r["matched"] == r["output_rows"] == n:
         raise E.source_changed(
@@ -821,6 +816,50 @@ def check_every_row_once(plpy, req, built, written: Written | None = None):
             "rows, %d keys, %d source rows found among them)" % (n, r["output_rows"], r["keys"], r["matched"]),
             "Run again (inside REPEATABLE READ if the source is being written), with the parts of one "
             "sabre_partitions call.")
+
+
+def _rows_once_in_sql(plpy, req, built, written: Written | None) -> dict:
+    """The counts of :func:`check_every_row_once` by one statement: the source counted, and its
+    rows whose key is among the side table's (a hash semi-join)."""
+    key, src = C.ident(req.key.name), req.source["read"]
+    filt = req.row_filter()
+    counted = "(SELECT pg_catalog.count(*) FROM %s) AS keys, (SELECT pg_catalog.count(*) FROM %s) AS output_rows, " \
+        % (built["_keys"], built[""]) if written is None else \
+        "%d::pg_catalog.int8 AS keys, %d::pg_catalog.int8 AS output_rows, " % ((int(written.sizes.sum()),) * 2)
+    return plpy.execute(
+        "SELECT %(counted)s(SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
+        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE s.%(key)s OPERATOR(pg_catalog.=) ANY (SELECT k.key "
+        "FROM %(k)s AS k)%(and)s) AS matched" % {
+            "counted": counted, "k": built["_keys"], "src": src, "key": key, "filt": filt,
+            "and": filt.replace(" WHERE ", " AND ", 1)})[0]
+
+
+def _rows_once_in_memory(plpy, req, built, output_rows: int) -> dict | None:
+    """The counts of :func:`check_every_row_once` from two binary reads -- the source's keys and
+    the side table's -- sorted in numpy: equal sorted arrays are every source row's key among the
+    keys, each once (the hash semi-join of 10M keys cost several times the two reads,
+    docs/evaluation.md "Automatic parts: the fixed costs, 2").  None (do it in SQL) for a key
+    that is no integer or more than ``KEYS_IN_MEMORY`` rows (memory: 8 bytes a row per array)."""
+    if not req.key.integer or output_rows > KEYS_IN_MEMORY:
+        return None
+    counts = {"output_rows": output_rows}
+    arrays = []
+    for name, sql in (("source_rows", "%s AS s%s" % (req.source["read"], req.row_filter())),
+                      ("keys", "%s AS s" % built["_keys"])):
+        column = "s.%s" % C.ident(req.key.name if name == "source_rows" else "key")
+        r = plpy.execute("SELECT pg_catalog.count(*) AS rows, pg_catalog.count(%s) AS n, %s AS v FROM %s" % (
+            column, T.binary_agg(column, "int8"), sql))[0]
+        counts[name] = int(r["rows"])
+        arrays.append(T.decode_array(r["v"], "int8", int(r["n"])))
+        del r
+        arrays[-1].sort()
+    source, keys = arrays
+    if np.array_equal(source, keys):
+        counts["matched"] = len(source)
+    else:                                               # (only for the error's message)
+        at = np.minimum(np.searchsorted(keys, source), max(len(keys) - 1, 0))
+        counts["matched"] = int(np.count_nonzero(keys[at] == source)) if len(keys) else 0
+    return counts
 
 
 # ---------------------------------------------------------------------------- entry points
