@@ -1,0 +1,95 @@
+"""The fixed costs of automatic parts (issue 26, docs/evaluation.md "Automatic parts: the fixed
+costs, 2"): the exactly-once check of a one-call partitioned run with an integer key sorts the
+source's keys and the side table's in numpy instead of a hash semi-join.  Both ways must give the
+same counts and refuse the same side tables: every source row's key once, no other key."""
+from __future__ import annotations
+
+import pytest
+
+from sabre_pg import installer
+
+ROWS = 500
+SQLSTATE = "40001"           # source_changed: serialization_failure
+
+
+@pytest.fixture
+def rows_once(pg_conn):
+    """public.rows_once(source, keys table, output rows, in_memory): the partitioned run's
+    exactly-once check on a side table the test wrote, in numpy (in_memory) or in SQL."""
+    pg_conn.execute(
+        "CREATE FUNCTION public.rows_once(src regclass, keys text, n int8, in_memory bool) RETURNS text "
+        "LANGUAGE plpython3u AS $fn$\n" + installer.bootstrap("sabre") +
+        "import numpy as np\n"
+        "from sabre_plpy.batch import partition as P\n"
+        "from sabre_plpy.stages import request\n"
+        "from sabre_plpy.shared import errors as E\n"
+        "req = request.build(plpy, src, None, ['age'], 'salary', 1.0, 1, 'refine', None, '{}')\n"
+        "written = P.Written([0], np.arange(1), np.array([n], dtype=np.int64), np.zeros(1))\n"
+        "calls = []\n"
+        "saved = P._rows_once_in_sql\n"
+        "P._rows_once_in_sql = lambda *a: calls.append('sql') or saved(*a)\n"
+        "limit = P.KEYS_IN_MEMORY\n"
+        "P.KEYS_IN_MEMORY = limit if in_memory else -1\n"
+        "try:\n"
+        "    with E.reported(plpy):\n"
+        "        P.check_every_row_once(plpy, req, {'': 'unused', '_keys': keys}, written)\n"
+        "finally:\n"
+        "    P.KEYS_IN_MEMORY, P._rows_once_in_sql = limit, saved\n"
+        "return 'sql' if calls else 'memory'\n$fn$")
+    return lambda src, keys, n, in_memory: pg_conn.execute(
+        "SELECT public.rows_once(%s::regclass, %s, %s, %s)", (src, keys, n, in_memory)).fetchone()[0]
+
+
+@pytest.fixture
+def source(pg_conn):
+    """public.src (bigint key, ids 1..ROWS out of order) and public.src_text (a text key)."""
+    pg_conn.execute("CREATE TABLE public.src (id int8 PRIMARY KEY, age int, salary int)")
+    pg_conn.execute("INSERT INTO public.src SELECT g, g %% 50, g %% 7 FROM generate_series(%s, 1, -1) g", (ROWS,))
+    pg_conn.execute("CREATE TABLE public.src_text (id text PRIMARY KEY, age int, salary int)")
+    pg_conn.execute("INSERT INTO public.src_text SELECT 'k' || id, age, salary FROM public.src")
+    return "public.src"
+
+
+def side_table(conn, name, keys_sql):
+    conn.execute("CREATE TABLE public.%s AS SELECT x.key, 0::int8 AS ec_id FROM (%s) AS x(key) ORDER BY random()"
+                 % (name, keys_sql))
+    return "public." + name
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_every_key_once_passes(pg_conn, rows_once, source, in_memory):
+    keys = side_table(pg_conn, "k_ok", "SELECT id FROM public.src")
+    assert rows_once(source, keys, ROWS, in_memory) == ("memory" if in_memory else "sql")
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("keys_sql, n, counts", [
+    # a key twice and another missing: as many keys as rows, but one source row not among them
+    ("SELECT CASE WHEN id = 3 THEN 4 ELSE id END FROM public.src", ROWS,
+     "(%d source rows, %d output rows, %d keys, %d source rows found among them)" % (ROWS, ROWS, ROWS, ROWS - 1)),
+    # a key the source does not have instead of one it has
+    ("SELECT CASE WHEN id = 3 THEN %d ELSE id END FROM public.src" % (ROWS + 10), ROWS,
+     "(%d source rows, %d output rows, %d keys, %d source rows found among them)" % (ROWS, ROWS, ROWS, ROWS - 1)),
+    # a row lost
+    ("SELECT id FROM public.src WHERE id <> 7", ROWS - 1,
+     "(%d source rows, %d output rows, %d keys, %d source rows found among them)" % (ROWS, ROWS - 1, ROWS - 1,
+                                                                                    ROWS - 1)),
+    # every key, but the output claims one row more
+    ("SELECT id FROM public.src", ROWS + 1,
+     "(%d source rows, %d output rows, %d keys, %d source rows found among them)" % (ROWS, ROWS + 1, ROWS + 1, ROWS)),
+])
+def test_a_wrong_side_table_is_refused_both_ways(pg_conn, rows_once, source, in_memory, keys_sql, n, counts):
+    keys = side_table(pg_conn, "k_bad", keys_sql)
+    with pytest.raises(Exception) as ei:
+        rows_once(source, keys, n, in_memory)
+    assert ei.value.sqlstate == SQLSTATE
+    message = ei.value.diag.message_primary
+    assert "do not hold every row of the source exactly once" in message
+    if in_memory:        # the side table counted, not taken from the written classes
+        counts = counts.replace("%d keys" % (ROWS + 1), "%d keys" % ROWS)
+    assert counts in message, message
+
+
+def test_a_text_key_is_checked_in_sql(pg_conn, rows_once, source):
+    keys = side_table(pg_conn, "k_text", "SELECT id FROM public.src_text")
+    assert rows_once("public.src_text", keys, ROWS, True) == "sql"
