@@ -68,7 +68,8 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
                 _feasible_k(req, summary.rows)
             return citus_shards.run(plpy, req, clock, column, hierarchies, summary)
         with clock.phase("summary"):
-            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name),
+                                      spans=partition.automatic_spans(plpy, req))
             auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)
             plan = None if auto else _plan(req, summary)
         if auto:         # the run's steps become a partitioned run's (step numbers keep going up)

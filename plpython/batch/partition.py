@@ -114,7 +114,7 @@ def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
         raise E.invalid_parameter("a partitioned run needs a numerical quasi-identifier to cut on",
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
-    bounds = _spans(plpy, req, nums, root)
+    bounds = _spans(plpy, req, nums, root, summary)
     if n < 2 and not (max_rows and root.rows > max_rows):
         return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts))]
     cells = _cells(plpy, req, summary, nums, bounds)
@@ -170,12 +170,29 @@ def _grow(ctx, leaves: list, n: int, lookahead: int = 0, max_rows: int = 0) -> l
     return leaves
 
 
-def _spans(plpy, req, nums, root) -> list:
-    """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error')."""
-    exprs = [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in nums]
-    r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
-        ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
-                  % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["read"], root.where(req)))[0]
+def span_exprs(plpy, req) -> list:
+    """The split's numerical QIs as float8 SQL over ``s.`` (their spans: :func:`_spans`)."""
+    return [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in req.qis if a.numerical]
+
+
+def automatic_spans(plpy, req) -> list:
+    """What the SA summary of a plain run also reads for the split (``scan.sa_summary``'s
+    ``spans``: the numerical QIs' spans, one scan fewer) when the run may go in automatic parts
+    (:func:`automatic`, its rows not known yet); else nothing."""
+    return span_exprs(plpy, req) if automatic(req, float("inf")) else []
+
+
+def _spans(plpy, req, nums, root, summary) -> list:
+    """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error'):
+    from the SA summary's scan when it read them (``summary.spans``), else one scan."""
+    if summary.spans is not None:
+        rows, spans = summary.spans
+        r = {"n": rows, **{"%s%d" % (c, i): x for i, span in enumerate(spans) for c, x in zip(("c", "lo", "hi"), span)}}
+    else:
+        exprs = span_exprs(plpy, req)
+        r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
+            ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
+                      % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["read"], root.where(req)))[0]
     if any(r["c%d" % i] != r["n"] for i in range(len(nums))):
         raise scan.null_error(req.attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
             ", ".join("count(s.%s) AS c%d" % (C.ident(a.name), i) for i, a in enumerate(req.attrs)),
@@ -393,7 +410,7 @@ def plan(plpy, req, n: int, summary=None, max_rows: int | None = None):
         hierarchy = None
         if req.sa.hierarchy_name is not None:
             hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
-        summary = scan.sa_summary(plpy, req, hierarchy)
+        summary = scan.sa_summary(plpy, req, hierarchy, spans=span_exprs(plpy, req))
     if summary.rows < req.k:
         raise E.invalid_parameter("k = %d exceeds the %d rows of the source" % (req.k, summary.rows),
                                   "Every equivalence class needs at least k rows.")

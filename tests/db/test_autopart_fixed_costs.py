@@ -4,6 +4,8 @@ source's keys and the side table's in numpy instead of a hash semi-join.  Both w
 same counts and refuse the same side tables: every source row's key once, no other key."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sabre_pg import installer
@@ -93,3 +95,39 @@ def test_a_wrong_side_table_is_refused_both_ways(pg_conn, rows_once, source, in_
 def test_a_text_key_is_checked_in_sql(pg_conn, rows_once, source):
     keys = side_table(pg_conn, "k_text", "SELECT id FROM public.src_text")
     assert rows_once("public.src_text", keys, ROWS, True) == "sql"
+
+
+@pytest.fixture
+def summary_spans(pg_conn):
+    """public.summary_spans(source, sa): the SA summary's rows and its spans of age and score
+    read in the same scan (what the split of a partitioned run takes instead of a scan of its own)."""
+    pg_conn.execute(
+        "CREATE FUNCTION public.summary_spans(src regclass, sa text) RETURNS text LANGUAGE plpython3u AS $fn$\n"
+        + installer.bootstrap("sabre") +
+        "import json\n"
+        "from sabre_plpy.batch import partition as P\n"
+        "from sabre_plpy.stages import request, scan\n"
+        "req = request.build(plpy, src, None, ['age', 'score', 'city'], sa, 1.0, 1, 'refine', None, "
+        "'{}')\n"
+        "s = scan.sa_summary(plpy, req, None, spans=P.span_exprs(plpy, req))\n"
+        "plain = scan.sa_summary(plpy, req, None)\n"
+        "assert plain.spans is None and list(plain.counts) == list(s.counts)\n"
+        "return json.dumps([s.rows, s.spans[0], [list(x) for x in s.spans[1]]])\n$fn$")
+    return lambda src, sa: json.loads(pg_conn.execute("SELECT public.summary_spans(%s::regclass, %s)",
+                                                      (src, sa)).fetchone()[0])
+
+
+@pytest.mark.parametrize("sa", ["salary", "income", "grade", "job"])
+def test_the_summary_reads_the_spans_a_scan_would(pg_conn, summary_spans, sa):
+    """Each SA kind (integer, float, numeric, text): the spans from the SA summary's scan are
+    the count, min and max of a separate scan."""
+    pg_conn.execute("CREATE TABLE public.spans_src (id int8 PRIMARY KEY, age int, score float8, city text, "
+                    "salary int, income float8, grade numeric, job text)")
+    pg_conn.execute("INSERT INTO public.spans_src SELECT g, 17 + g % 70, "
+                    "(g * 7919 % 1000) / 8.0 - 40, 'c' || g % 5, g % 9, (g % 13) * 1.5, (g % 11) / 4.0, "
+                    "'j' || g % 6 FROM generate_series(1, 3000) g")
+    rows, all_rows, spans = summary_spans("public.spans_src", sa)
+    want = pg_conn.execute("SELECT count(*), count(age), min(age), max(age), count(score), min(score), max(score) "
+                           "FROM public.spans_src").fetchone()
+    assert rows == all_rows == want[0] == 3000
+    assert spans == [[want[1], want[2], want[3]], [want[4], want[5], want[6]]]
