@@ -68,6 +68,7 @@ class Part:
     output: str = ""         # qualified name of the part's output
     rows_table: str = ""     # qualified name of the table holding the part's rows ("": read the source)
     conds: tuple = ()        # the cuts on the part's path from the whole table (predicate = their AND)
+    counts: object = None    # the part's SA counts per table code (the split's, exact), or None
 
 
 @dataclass
@@ -116,7 +117,7 @@ def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
     bounds = _spans(plpy, req, nums, root, summary)
     if n < 2 and not (max_rows and root.rows > max_rows):
-        return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts))]
+        return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts), counts=root.counts)]
     cells = _cells(plpy, req, summary, nums, bounds)
     if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
         raise _changed()
@@ -126,7 +127,8 @@ def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
     if max_rows:
         leaves = _grow(ctx, leaves, MAX_PARTS, max_rows=max_rows)
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
-                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
+                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds), counts=leaf.counts)
+            for leaf in leaves]
 
 
 @dataclass(frozen=True)
@@ -420,7 +422,7 @@ def plan(plpy, req, n: int, summary=None, max_rows: int | None = None):
         name = "sabre_part_%s_%d"
         parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
                       C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "",
-                      p.conds)
+                      p.conds, p.counts)
                  for j, p in enumerate(found)]
     return summary, parts
 
@@ -454,7 +456,9 @@ def stage_rows(plpy, req, parts):
     for j, p in enumerate(parts):
         plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
     case = part_case([(p.conds, j) for j, p in enumerate(parts)])
-    with C.settings(plpy, jit="off"):
+    # (no synchronized scan: it starts a large table where another scan of it was, so the parts'
+    # rows -- and the classes the parts made of them -- came in an order that changed between runs)
+    with C.settings(plpy, jit="off", synchronize_seqscans="off"):
         plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
                      % (parent, case, req.source["read"], req.row_filter()))
     for p in parts:
@@ -471,12 +475,13 @@ def part_options(req) -> dict:
     return opts
 
 
-def anonymize_part(plpy, req, part: Part, j: int, into, run_part) -> int:
+def anonymize_part(plpy, req, part: Part, j: int, into, run_part, summary=None) -> int:
     """One part in this backend: sabre_anonymize's stages (``run_part``, which the entry point
     passes in, so this module never imports it) over the part's rows table (then dropped), or
     over a temporary view of the source's rows when the part is the whole table, written
     straight into the run's relations ``into`` (class ids from its offset); returns the part's
-    number of classes."""
+    number of classes.  ``summary``: the table's SA summary, whose part the split counted
+    (:func:`part_summary`: the part's own summary without a scan of its rows)."""
     source = part.rows_table
     if not source:
         source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
@@ -484,9 +489,26 @@ def anonymize_part(plpy, req, part: Part, j: int, into, run_part) -> int:
             source.split(".", 1)[1], req.source["read"], part.predicate))
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name, part.budget, req.k,
                              req.method, part.output, json.dumps(part_options(req)))
-    classes = run_part(plpy, part_req, into)
+    classes = run_part(plpy, part_req, into, part_summary(req, summary, part) if summary is not None else None)
     plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
     return classes
+
+
+def part_summary(req, summary, part: Part):
+    """The part's SA summary as ``scan.sa_summary`` of its rows reads it, from the split's exact
+    counts (its read then checks them, as it checks a summary it scanned): a numerical SA's
+    values present in the part, a named hierarchy's leaves.  None (scanned) for a flat
+    categorical SA (its leaves are the part's own values) or a part without counts."""
+    counts = part.counts
+    if counts is None or (summary.hierarchy is not None and req.sa.hierarchy_name is None):
+        return None
+    counts = np.asarray(counts, dtype=np.int64)
+    if summary.hierarchy is not None:
+        return scan.SASummary(part.rows, counts, None, summary.hierarchy)
+    present = np.flatnonzero(counts)
+    if summary.ranks is not None:
+        return scan.SASummary(part.rows, counts[present], None, None, [summary.ranks[i] for i in present])
+    return scan.SASummary(part.rows, counts[present], summary.distinct[present], None)
 
 
 def run(plpy, req, clock: Stopwatch, run_part, summary=None):
@@ -517,7 +539,7 @@ def run(plpy, req, clock: Stopwatch, run_part, summary=None):
         offset = 0
         for j, part in enumerate(parts):
             offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0),
-                                     run_part)
+                                     run_part, summary)
     with C.settings(plpy, jit="off"):
         with clock.phase("check"):
             written = check_written_in_chunks(plpy, req, written_by_parts, summary)

@@ -9,6 +9,9 @@ import json
 import pytest
 
 from sabre_pg import installer
+from tests.db.helpers import anonymize, run_row
+from tests.db.test_io_speed import hashes
+from tests.db.test_partitioned import census  # noqa: F401 (the census fixture)
 
 ROWS = 500
 SQLSTATE = "40001"           # source_changed: serialization_failure
@@ -131,3 +134,43 @@ def test_the_summary_reads_the_spans_a_scan_would(pg_conn, summary_spans, sa):
                            "FROM public.spans_src").fetchone()
     assert rows == all_rows == want[0] == 3000
     assert spans == [[want[1], want[2], want[3]], [want[4], want[5], want[6]]]
+
+
+@pytest.fixture
+def scanned_part_summaries(pg_conn):
+    """public.scanned(sql): runs the statement with each part's SA summary scanned from its rows
+    (as before the split's counts were handed to the parts); returns how many parts asked."""
+    pg_conn.execute(
+        "CREATE FUNCTION public.scanned(statement text) RETURNS int LANGUAGE plpython3u AS $fn$\n"
+        + installer.bootstrap("sabre") +
+        "from sabre_plpy.batch import partition as P\n"
+        "saved, asked = P.part_summary, []\n"
+        "P.part_summary = lambda *a: asked.append(saved(*a)) or None\n"
+        "try:\n"
+        "    plpy.execute(statement)\n"
+        "finally:\n"
+        "    P.part_summary = saved\n"
+        "return sum(1 for s in asked if s is not None)\n$fn$")
+    return lambda statement: pg_conn.execute("SELECT public.scanned(%s)", (statement,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("sa, counted", [("salary", True), ("income", True), ("grade", True), ("marital", True),
+                                         ("job", False)])
+def test_parts_given_the_splits_counts_make_the_same_output(pg_conn, census, scanned_part_summaries, sa, counted):
+    """Each SA kind -- integer, float, numeric, a named hierarchy, a flat text SA (still
+    scanned: its leaves are the part's own values) -- gives the same output, classes and side
+    table whether each part's SA summary is the split's counts or a scan of its rows."""
+    pg_conn.execute("ALTER TABLE public.census ADD COLUMN income float8, ADD COLUMN grade numeric, "
+                    "ADD COLUMN job text")
+    pg_conn.execute("UPDATE public.census SET income = (id % 13) * 1.5, grade = (id % 11) / 4.0, "
+                    "job = 'j' || (id * 7 % 6)")
+    opts = {"hierarchies": {k: v for k, v in census.items() if k == "sex" or k == sa},
+            "auto_partition_rows": 1000, "seed": 7}
+    call = ("SELECT * FROM sabre.sabre_anonymize('public.census'::regclass, ARRAY['age', 'education', 'sex'], "
+            "'%s', 0.3, 5, 'refine', '%%s', '%s'::jsonb)" % (sa, json.dumps(opts)))
+    res = anonymize(pg_conn, "public.census", ["age", "education", "sex"], sa, 0.3, 5, "refine",
+                    "public.given", opts)
+    assert run_row(pg_conn, res["run_id"])["partitions"]["parts"] >= 4
+    assert scanned_part_summaries(call % "public.scanned") == (run_row(pg_conn, res["run_id"])["partitions"]["parts"]
+                                                               if counted else 0)
+    assert hashes(pg_conn, "public.given") == hashes(pg_conn, "public.scanned")
