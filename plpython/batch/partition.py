@@ -674,6 +674,7 @@ class Written:
     class_ids: np.ndarray    # offset ids, ascending
     sizes: np.ndarray
     emd: np.ndarray          # each class's EMD to the whole table (correctly rounded)
+    keys: np.ndarray = None  # the side table's keys, sorted, when read with its classes (integer keys)
 
     @property
     def max_emd(self) -> float:
@@ -706,7 +707,9 @@ def check_written_in_chunks(plpy, req, relations, summary) -> Written:
     its side table maps to it (most classes lie in one chunk), so memory is one chunk's groups
     whatever the table size; a class with more rows than keys, or rows missing, fails."""
     out = relations[""]
-    ids, ns = _keys_per_class(plpy, relations["_keys"])
+    in_memory = req.key.integer and summary.rows <= KEYS_IN_MEMORY
+    ids, ns, keys = _keys_per_class(plpy, relations["_keys"], in_memory) if in_memory else \
+        (*_keys_per_class(plpy, relations["_keys"]), None)
     expected = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
     expected[ids] = ns
     blocks = int(plpy.execute(plpy.prepare(
@@ -737,7 +740,7 @@ def check_written_in_chunks(plpy, req, relations, summary) -> Written:
     written = check.written()
     if not np.array_equal(written.class_ids, ids):         # (every class of the side table has rows)
         raise _keys_mismatch()
-    return written
+    return replace(written, keys=keys)
 
 
 class _TableCheck:
@@ -815,8 +818,22 @@ def _part_groups(plpy, req, summary, output):
     return ec, values - 1, n
 
 
-def _keys_per_class(plpy, keys_table):
-    """(class ids ascending, rows) of a side table."""
+def _keys_per_class(plpy, keys_table, with_keys: bool = False):
+    """(class ids ascending, rows) of a side table; ``with_keys`` (an integer key): and its
+    keys sorted, all from one binary read (the rows per class by a bincount of the class ids)."""
+    if with_keys:
+        r = plpy.execute("SELECT pg_catalog.count(*) AS n, pg_catalog.count(k.ec_id) AS e, pg_catalog.count(k.key) "
+                         "AS c, %s AS ec, %s AS keys FROM %s AS k" % (
+                             T.binary_agg("k.ec_id", "int8"), T.binary_agg("k.key", "int8"), keys_table))[0]
+        n = int(r["n"])
+        ec, keys = T.decode_array(r["ec"], "int8", int(r["e"])), T.decode_array(r["keys"], "int8", int(r["c"]))
+        del r
+        if len(ec) != n or len(keys) != n or (n and not 0 <= ec.min() <= ec.max() < n):
+            raise _keys_mismatch()
+        keys.sort()
+        per_class = np.bincount(ec)
+        ids = np.flatnonzero(per_class)
+        return ids, per_class[ids], keys
     r = plpy.execute("SELECT pg_catalog.count(*) AS c, %s AS ids, %s AS ns FROM (SELECT ec_id::pg_catalog.int8 AS "
                      "ec_id, pg_catalog.count(*) AS n FROM %s GROUP BY 1 ORDER BY 1) AS g" % (
                          T.binary_agg("g.ec_id", "int8"), T.binary_agg("g.n", "int8"), keys_table))[0]
@@ -845,7 +862,7 @@ def check_every_row_once(plpy, req, built, written: Written | None = None):
     row counts are then its sizes' sum, not counted again (two scans fewer: the output and keys);
     with an integer key and at most ``KEYS_IN_MEMORY`` rows, the same counts from the sorted keys
     in numpy (:func:`_rows_once_in_memory`)."""
-    r = None if written is None else _rows_once_in_memory(plpy, req, built, int(written.sizes.sum()))
+    r = None if written is None else _rows_once_in_memory(plpy, req, built, int(written.sizes.sum()), written.keys)
     if r is None:
         r = _rows_once_in_sql(plpy, req, built, written)
     n = r["source_rows"]
@@ -873,7 +890,7 @@ def _rows_once_in_sql(plpy, req, built, written: Written | None) -> dict:
             "and": filt.replace(" WHERE ", " AND ", 1)})[0]
 
 
-def _rows_once_in_memory(plpy, req, built, output_rows: int) -> dict | None:
+def _rows_once_in_memory(plpy, req, built, output_rows: int, keys=None) -> dict | None:
     """The counts of :func:`check_every_row_once` from two binary reads -- the source's keys and
     the side table's -- sorted in numpy: equal sorted arrays are every source row's key among the
     keys, each once (the hash semi-join of 10M keys cost several times the two reads,
@@ -882,17 +899,21 @@ def _rows_once_in_memory(plpy, req, built, output_rows: int) -> dict | None:
     if not req.key.integer or output_rows > KEYS_IN_MEMORY:
         return None
     counts = {"output_rows": output_rows}
+    reads = [("source_rows", req.key.name, "%s AS s%s" % (req.source["read"], req.row_filter()))]
+    if keys is None:                                    # (else read with the side table's classes)
+        reads.append(("keys", "key", "%s AS s" % built["_keys"]))
+    else:
+        counts["keys"] = len(keys)
     arrays = []
-    for name, sql in (("source_rows", "%s AS s%s" % (req.source["read"], req.row_filter())),
-                      ("keys", "%s AS s" % built["_keys"])):
-        column = "s.%s" % C.ident(req.key.name if name == "source_rows" else "key")
+    for name, col, sql in reads:
+        column = "s.%s" % C.ident(col)
         r = plpy.execute("SELECT pg_catalog.count(*) AS rows, pg_catalog.count(%s) AS n, %s AS v FROM %s" % (
             column, T.binary_agg(column, "int8"), sql))[0]
         counts[name] = int(r["rows"])
         arrays.append(T.decode_array(r["v"], "int8", int(r["n"])))
         del r
         arrays[-1].sort()
-    source, keys = arrays
+    source, keys = arrays[0], arrays[1] if keys is None else keys
     if np.array_equal(source, keys):
         counts["matched"] = len(source)
     else:                                               # (only for the error's message)

@@ -19,22 +19,24 @@ SQLSTATE = "40001"           # source_changed: serialization_failure
 
 @pytest.fixture
 def rows_once(pg_conn):
-    """public.rows_once(source, keys table, output rows, in_memory): the partitioned run's
-    exactly-once check on a side table the test wrote, in numpy (in_memory) or in SQL."""
+    """public.rows_once(source, keys table, output rows, way): the partitioned run's exactly-once
+    check on a side table the test wrote, in numpy ('memory': the side table read for it;
+    'with_classes': its keys read with its classes, as the chunked check does) or in SQL ('sql')."""
     pg_conn.execute(
-        "CREATE FUNCTION public.rows_once(src regclass, keys text, n int8, in_memory bool) RETURNS text "
+        "CREATE FUNCTION public.rows_once(src regclass, keys text, n int8, in_memory text) RETURNS text "
         "LANGUAGE plpython3u AS $fn$\n" + installer.bootstrap("sabre") +
         "import numpy as np\n"
         "from sabre_plpy.batch import partition as P\n"
         "from sabre_plpy.stages import request\n"
         "from sabre_plpy.shared import errors as E\n"
         "req = request.build(plpy, src, None, ['age'], 'salary', 1.0, 1, 'refine', None, '{}')\n"
-        "written = P.Written([0], np.arange(1), np.array([n], dtype=np.int64), np.zeros(1))\n"
+        "sorted_keys = P._keys_per_class(plpy, keys, True)[2] if in_memory == 'with_classes' else None\n"
+        "written = P.Written([0], np.arange(1), np.array([n], dtype=np.int64), np.zeros(1), sorted_keys)\n"
         "calls = []\n"
         "saved = P._rows_once_in_sql\n"
         "P._rows_once_in_sql = lambda *a: calls.append('sql') or saved(*a)\n"
         "limit = P.KEYS_IN_MEMORY\n"
-        "P.KEYS_IN_MEMORY = limit if in_memory else -1\n"
+        "P.KEYS_IN_MEMORY = limit if in_memory != 'sql' else -1\n"
         "try:\n"
         "    with E.reported(plpy):\n"
         "        P.check_every_row_once(plpy, req, {'': 'unused', '_keys': keys}, written)\n"
@@ -42,7 +44,7 @@ def rows_once(pg_conn):
         "    P.KEYS_IN_MEMORY, P._rows_once_in_sql = limit, saved\n"
         "return 'sql' if calls else 'memory'\n$fn$")
     return lambda src, keys, n, in_memory: pg_conn.execute(
-        "SELECT public.rows_once(%s::regclass, %s, %s, %s)", (src, keys, n, in_memory)).fetchone()[0]
+        "SELECT public.rows_once(%s::regclass, %s, %s, %s)", (src, keys, n, str(in_memory))).fetchone()[0]
 
 
 @pytest.fixture
@@ -61,13 +63,16 @@ def side_table(conn, name, keys_sql):
     return "public." + name
 
 
-@pytest.mark.parametrize("in_memory", [True, False])
+WAYS = ["memory", "with_classes", "sql"]
+
+
+@pytest.mark.parametrize("in_memory", WAYS)
 def test_every_key_once_passes(pg_conn, rows_once, source, in_memory):
     keys = side_table(pg_conn, "k_ok", "SELECT id FROM public.src")
-    assert rows_once(source, keys, ROWS, in_memory) == ("memory" if in_memory else "sql")
+    assert rows_once(source, keys, ROWS, in_memory) == ("sql" if in_memory == "sql" else "memory")
 
 
-@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("in_memory", WAYS)
 @pytest.mark.parametrize("keys_sql, n, counts", [
     # a key twice and another missing: as many keys as rows, but one source row not among them
     ("SELECT CASE WHEN id = 3 THEN 4 ELSE id END FROM public.src", ROWS,
@@ -90,14 +95,14 @@ def test_a_wrong_side_table_is_refused_both_ways(pg_conn, rows_once, source, in_
     assert ei.value.sqlstate == SQLSTATE
     message = ei.value.diag.message_primary
     assert "do not hold every row of the source exactly once" in message
-    if in_memory:        # the side table counted, not taken from the written classes
+    if in_memory != "sql":        # the side table counted, not taken from the written classes
         counts = counts.replace("%d keys" % (ROWS + 1), "%d keys" % ROWS)
     assert counts in message, message
 
 
 def test_a_text_key_is_checked_in_sql(pg_conn, rows_once, source):
     keys = side_table(pg_conn, "k_text", "SELECT id FROM public.src_text")
-    assert rows_once("public.src_text", keys, ROWS, True) == "sql"
+    assert rows_once("public.src_text", keys, ROWS, "memory") == "sql"
 
 
 @pytest.fixture
