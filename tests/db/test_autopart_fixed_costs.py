@@ -179,3 +179,28 @@ def test_parts_given_the_splits_counts_make_the_same_output(pg_conn, census, sca
     assert scanned_part_summaries(call % "public.scanned") == (run_row(pg_conn, res["run_id"])["partitions"]["parts"]
                                                                if counted else 0)
     assert hashes(pg_conn, "public.given") == hashes(pg_conn, "public.scanned")
+
+
+@pytest.mark.parametrize("qi_type", ["int", "timestamptz"])
+def test_the_routed_copy_puts_every_row_in_its_part(pg_conn, qi_type):
+    """The parts' rows tables (routed by the parts' CASE as the partition key; for a timestamptz
+    QI, whose epoch is not immutable, by a routing column) hold exactly the rows of their
+    predicates, with the source's columns and nothing more."""
+    when = "timestamptz '2020-01-01' + g * interval '7 hours'" if qi_type == "timestamptz" else "g % 300"
+    pg_conn.execute("CREATE TABLE public.routed (id int8 PRIMARY KEY, t %s, age int, salary int)" % qi_type)
+    pg_conn.execute("INSERT INTO public.routed SELECT g, %s, 17 + g * 7 %% 60, g * 13 %% 20 FROM "
+                    "generate_series(1, 3000) g" % when)
+    parts = pg_conn.execute(
+        "SELECT rows, predicate, part_rows FROM sabre_partitions('public.routed', ARRAY['t', 'age'], 'salary', 0.4, 5, "
+        "'refine', 'public.routed_out', '{\"partitions\": 4}'::jsonb, stage_rows => true)").fetchall()
+    assert len(parts) >= 3 and sum(p[0] for p in parts) == 3000
+    source_columns = pg_conn.execute("SELECT array_agg(attname ORDER BY attnum) FROM pg_attribute WHERE attrelid = "
+                                     "'public.routed'::regclass AND attnum > 0 AND NOT attisdropped").fetchone()[0]
+    for rows, predicate, table in parts:
+        assert pg_conn.execute("SELECT array_agg(attname ORDER BY attnum) FROM pg_attribute WHERE attrelid = "
+                               "%s::regclass AND attnum > 0 AND NOT attisdropped", (table,)).fetchone()[0] == source_columns
+        assert pg_conn.execute("SELECT count(*) FROM %s" % table).fetchone()[0] == rows
+        assert pg_conn.execute("SELECT count(*) FROM (SELECT * FROM %s EXCEPT ALL SELECT * FROM public.routed "
+                               "WHERE %s) x" % (table, predicate)).fetchone()[0] == 0
+        pg_conn.execute("DROP TABLE " + table)
+    assert not pg_conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'sabre_part_%'").fetchall()
