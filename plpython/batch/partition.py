@@ -560,7 +560,10 @@ def run(plpy, req, clock: Stopwatch, run_part, summary=None):
     built = _built(req, run_)
     # the parts' classes carry their EMD to their part: the run's classes get the table's
     written_by_parts = {**built, "_classes": req.output.temporary_qualified(run_.run_id, "pc")}
-    with clock.phase("partition"):         # the parts, one after another
+    # (each part's read from its first block: a synchronized scan of a part over shared_buffers / 4
+    # started where an earlier scan of it stopped, so a part's rows -- and its classes -- could
+    # come in another order)
+    with clock.phase("partition"), C.settings(plpy, synchronize_seqscans="off"):   # the parts, one after another
         offset = 0
         for j, part in enumerate(parts):
             offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0),
