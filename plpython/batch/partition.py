@@ -452,43 +452,30 @@ def part_case(leaves: list) -> str:
 
 def stage_rows(plpy, req, parts):
     """With several parts, each part's rows copied into its own unlogged table (owner-only) by one scan of the
-    source -- routed by a table partitioned on the parts' ``CASE`` (:func:`part_case`) as its key
-    expression, then detached -- so that each part reads its own rows, not the whole table once
-    per part.  (A key expression copies each stored row as it is: a routing column made every row
-    be rebuilt, 20-30% more, docs/evaluation.md; when the expression is not immutable, e.g. a
-    timestamptz QI's epoch, the routing column is the fallback, dropped from each part after.)"""
+    source -- routed by a partitioned table, then detached and the routing column dropped --
+    so that each part reads its own rows, not the whole table once per part.  (The parts' CASE
+    as the parent's key expression instead of a routing column copied 10-25% faster, but the
+    classes at 3M rows were not all the same: docs/evaluation.md.)"""
     if len(parts) < 2:
         return
     head, _, tail = parts[0].rows_table.rpartition("_0_rows")
     parent = head + "_rows" + tail
-    case = part_case([(p.conds, j) for j, p in enumerate(parts)])
+    col = C.ident("sabre_part_%s" % secrets.token_hex(TAG_BYTES))
     # the source's columns in their safe types (safe_types): no type of another role in a table of the run
-    columns = ", ".join("%s %s%s" % (C.ident(name), c["type"], " NOT NULL" if c["notnull"] else "")
-                        for name, c in req.columns.items() if not c["unsafe"])
-    col = None
-    try:
-        with plpy.subtransaction():
-            plpy.execute("CREATE TABLE %s (%s) PARTITION BY LIST ((%s))" % (parent, columns, case))
-    except plpy.SPIError as e:          # (not immutable: a routing column instead)
-        E.reraise_canceled(e)
-        col = C.ident("sabre_part_%s" % secrets.token_hex(TAG_BYTES))
-        plpy.execute("CREATE TABLE %s (%s pg_catalog.int4, %s) PARTITION BY LIST (%s)" % (
-            parent, col, columns, col))
+    plpy.execute("CREATE TABLE %s (%s pg_catalog.int4 NOT NULL, %s) PARTITION BY LIST (%s)" % (
+        parent, col, ", ".join("%s %s%s" % (C.ident(name), c["type"], " NOT NULL" if c["notnull"] else "")
+                               for name, c in req.columns.items() if not c["unsafe"]), col))
     for j, p in enumerate(parts):
         plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
-    # a row in no part (the predicates' NULL) is left out, as the predicates say (the run's
-    # exactly-once check then fails)
-    plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s DEFAULT" % (head + "_none" + tail, parent))
-    select = "SELECT s.* FROM %s AS s%s" % (req.source["read"], req.row_filter()) if col is None else \
-        "SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x" % (case, req.source["read"], req.row_filter())
+    case = part_case([(p.conds, j) for j, p in enumerate(parts)])
     # (no synchronized scan: it starts a large table where another scan of it was, so the parts'
     # rows -- and the classes the parts made of them -- came in an order that changed between runs)
     with C.settings(plpy, jit="off", synchronize_seqscans="off"):
-        plpy.execute("INSERT INTO %s %s" % (parent, select))
+        plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
+                     % (parent, case, req.source["read"], req.row_filter()))
     for p in parts:
         plpy.execute("ALTER TABLE %s DETACH PARTITION %s" % (parent, p.rows_table))
-        if col is not None:
-            plpy.execute("ALTER TABLE %s DROP COLUMN %s" % (p.rows_table, col))
+        plpy.execute("ALTER TABLE %s DROP COLUMN %s" % (p.rows_table, col))
         publish.owner_only(plpy, p.rows_table)
     plpy.execute("DROP TABLE %s" % parent)
 

@@ -183,9 +183,9 @@ def test_parts_given_the_splits_counts_make_the_same_output(pg_conn, census, sca
 
 @pytest.mark.parametrize("qi_type", ["int", "timestamptz"])
 def test_the_routed_copy_puts_every_row_in_its_part(pg_conn, qi_type):
-    """The parts' rows tables (routed by the parts' CASE as the partition key; for a timestamptz
-    QI, whose epoch is not immutable, by a routing column) hold exactly the rows of their
-    predicates, with the source's columns and nothing more."""
+    """The parts' rows tables (routed by one scan of the source without a synchronized scan)
+    hold exactly the rows of their predicates, with the source's columns and nothing more (the
+    routing column dropped), for an integer and a timestamptz QI."""
     when = "timestamptz '2020-01-01' + g * interval '7 hours'" if qi_type == "timestamptz" else "g % 300"
     pg_conn.execute("CREATE TABLE public.routed (id int8 PRIMARY KEY, t %s, age int, salary int)" % qi_type)
     pg_conn.execute("INSERT INTO public.routed SELECT g, %s, 17 + g * 7 %% 60, g * 13 %% 20 FROM "
