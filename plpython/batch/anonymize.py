@@ -70,7 +70,8 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
             return design.run(plpy, req, clock, column, hierarchies, summary)
         with clock.phase("summary"):
-            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name),
+                                      spans=partition.automatic_spans(plpy, req))
             auto = partition.automatic(req, summary.rows)   # a large table: parts (docs/scale-out.md)
             plan = None if auto else _plan(req, summary)
         if auto:         # the run's steps become a partitioned run's (step numbers keep going up)
@@ -79,15 +80,16 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
         return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary, plan=plan)
 
 
-def run_part(plpy, req, into: publish.Into) -> int:
+def run_part(plpy, req, into: publish.Into, summary=None) -> int:
     """One part of a partitioned run in this backend (``partition.run``): the stages of
     sabre_anonymize over the part's rows, written straight into the run's relations ``into``
     (no check, swap or catalog row of its own: the run checks every part against the whole
-    table).  Returns the part's number of classes."""
+    table).  ``summary``: the part's SA summary when the split counted it (else scanned).
+    Returns the part's number of classes."""
     with C.settings(plpy, work_mem="256MB"):
         hierarchies = scan.hierarchies(plpy, req)
         encodings = scan.encodings(plpy, hierarchies)
-        return _anonymize(plpy, req, hierarchies, encodings, Stopwatch(), into)
+        return _anonymize(plpy, req, hierarchies, encodings, Stopwatch(), into, summary=summary)
 
 
 def _anonymize(plpy, req, hierarchies, encodings, clock, into=None, summary=None, plan=None):
@@ -95,7 +97,8 @@ def _anonymize(plpy, req, hierarchies, encodings, clock, into=None, summary=None
     when the caller made them, timed in its "summary" phase)."""
     if plan is None:
         with clock.phase("summary"):
-            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+            if summary is None:
+                summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
             plan = _plan(req, summary)
     if req.sa.name not in encodings and summary.text_codes() is not None:
         encodings[req.sa.name] = scan.encode(plpy, summary.text_codes())

@@ -56,6 +56,8 @@ PARTS_HINT = ('options.partitions is the number of parts, e.g. {"partitions": 8}
               'and anonymized alone, so a backend holds at most about rows / partitions rows.')
 TAG_BYTES = 4
 CHECK_ROWS = 1 << 20     # rows per chunk of the check of one output the parts wrote into
+AUTO_SPANS_SHARE = 0.75   # a table estimated at most this share of auto_partition_rows: no spans in its summary
+KEYS_IN_MEMORY = 1 << 24  # up to this many rows, an integer key's exactly-once check sorts the keys in numpy
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Part:
     output: str = ""         # qualified name of the part's output
     rows_table: str = ""     # qualified name of the table holding the part's rows ("": read the source)
     conds: tuple = ()        # the cuts on the part's path from the whole table (predicate = their AND)
+    counts: object = None    # the part's SA counts per table code (the split's, exact), or None
 
 
 @dataclass
@@ -113,9 +116,9 @@ def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
         raise E.invalid_parameter("a partitioned run needs a numerical quasi-identifier to cut on",
                                   "Add a numerical quasi-identifier, or run without options.partitions.")
     root = _Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))
-    bounds = _spans(plpy, req, nums, root)
+    bounds = _spans(plpy, req, nums, root, summary)
     if n < 2 and not (max_rows and root.rows > max_rows):
-        return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts))]
+        return [Part("true", root.rows, 0.0, _budget(req.t, 0.0, summary, root.counts), counts=root.counts)]
     cells = _cells(plpy, req, summary, nums, bounds)
     if not np.array_equal(np.bincount(cells.code, weights=cells.n, minlength=len(root.counts)), root.counts):
         raise _changed()
@@ -125,7 +128,8 @@ def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
     if max_rows:
         leaves = _grow(ctx, leaves, MAX_PARTS, max_rows=max_rows)
     return [Part(" AND ".join(leaf.conds) or "true", leaf.rows, leaf.emd,
-                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds)) for leaf in leaves]
+                 _budget(req.t, leaf.emd, summary, leaf.counts), conds=tuple(leaf.conds), counts=leaf.counts)
+            for leaf in leaves]
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,38 @@ def _grow(ctx, leaves: list, n: int, lookahead: int = 0, max_rows: int = 0) -> l
     return leaves
 
 
-def _spans(plpy, req, nums, root) -> list:
-    """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error')."""
-    exprs = [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in nums]
-    r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
-        ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
-                  % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["read"], root.where(req)))[0]
+def span_exprs(plpy, req) -> list:
+    """The split's numerical QIs as float8 SQL over ``s.`` (their spans: :func:`_spans`)."""
+    return [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in req.qis if a.numerical]
+
+
+def automatic_spans(plpy, req) -> list:
+    """What the SA summary of a plain run also reads for the split (``scan.sa_summary``'s
+    ``spans``: the numerical QIs' spans, one scan fewer) when the run may go in automatic parts
+    (:func:`automatic`; its rows not known yet, the planner's estimate of a table at most
+    ``AUTO_SPANS_SHARE`` of the threshold says it will not: the aggregates cost a 1M-row summary
+    about 0.1 s; a wrong estimate costs the split one scan, as before); else nothing."""
+    if not automatic(req, float("inf")):
+        return []
+    estimate = plpy.execute(plpy.prepare(
+        "SELECT c.reltuples::pg_catalog.float8 AS n FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
+        ["oid"]), [req.source["oid"]])
+    if len(estimate) and 0 <= estimate[0]["n"] <= req.options.auto_partition_rows * AUTO_SPANS_SHARE:
+        return []
+    return span_exprs(plpy, req)
+
+
+def _spans(plpy, req, nums, root, summary) -> list:
+    """The table's (min, max) of each numerical QI (and the NULL error of options.nulls = 'error'):
+    from the SA summary's scan when it read them (``summary.spans``), else one scan."""
+    if summary.spans is not None:
+        rows, spans = summary.spans
+        r = {"n": rows, **{"%s%d" % (c, i): x for i, span in enumerate(spans) for c, x in zip(("c", "lo", "hi"), span)}}
+    else:
+        exprs = span_exprs(plpy, req)
+        r = plpy.execute("SELECT pg_catalog.count(*) AS n, %s FROM %s AS s%s" % (
+            ", ".join("pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
+                      % (e, i, e, i, e, i) for i, e in enumerate(exprs)), req.source["read"], root.where(req)))[0]
     if any(r["c%d" % i] != r["n"] for i in range(len(nums))):
         raise scan.null_error(req.attrs, plpy.execute("SELECT count(*) AS n, %s FROM %s AS s" % (
             ", ".join("count(s.%s) AS c%d" % (C.ident(a.name), i) for i, a in enumerate(req.attrs)),
@@ -392,7 +422,7 @@ def plan(plpy, req, n: int, summary=None, max_rows: int | None = None):
         hierarchy = None
         if req.sa.hierarchy_name is not None:
             hierarchy = C.load_hierarchy(plpy, req.sa.hierarchy_name, 'for column "%s"' % req.sa.name)
-        summary = scan.sa_summary(plpy, req, hierarchy)
+        summary = scan.sa_summary(plpy, req, hierarchy, spans=span_exprs(plpy, req))
     if summary.rows < req.k:
         raise E.invalid_parameter("k = %d exceeds the %d rows of the source" % (req.k, summary.rows),
                                   "Every equivalence class needs at least k rows.")
@@ -402,7 +432,7 @@ def plan(plpy, req, n: int, summary=None, max_rows: int | None = None):
         name = "sabre_part_%s_%d"
         parts = [Part(p.predicate, p.rows, p.emd, p.budget, C.qname(None, req.output.schema, name % (tag, j)),
                       C.qname(None, req.output.schema, (name + "_rows") % (tag, j)) if len(found) > 1 else "",
-                      p.conds)
+                      p.conds, p.counts)
                  for j, p in enumerate(found)]
     return summary, parts
 
@@ -423,7 +453,9 @@ def part_case(leaves: list) -> str:
 def stage_rows(plpy, req, parts):
     """With several parts, each part's rows copied into its own unlogged table (owner-only) by one scan of the
     source -- routed by a partitioned table, then detached and the routing column dropped --
-    so that each part reads its own rows, not the whole table once per part."""
+    so that each part reads its own rows, not the whole table once per part.  (The parts' CASE
+    as the parent's key expression instead of a routing column copied 10-25% faster, but the
+    classes at 3M rows were not all the same: docs/evaluation.md.)"""
     if len(parts) < 2:
         return
     head, _, tail = parts[0].rows_table.rpartition("_0_rows")
@@ -436,7 +468,9 @@ def stage_rows(plpy, req, parts):
     for j, p in enumerate(parts):
         plpy.execute("CREATE UNLOGGED TABLE %s PARTITION OF %s FOR VALUES IN (%d)" % (p.rows_table, parent, j))
     case = part_case([(p.conds, j) for j, p in enumerate(parts)])
-    with C.settings(plpy, jit="off"):
+    # (no synchronized scan: it starts a large table where another scan of it was, so the parts'
+    # rows -- and the classes the parts made of them -- came in an order that changed between runs)
+    with C.settings(plpy, jit="off", synchronize_seqscans="off"):
         plpy.execute("INSERT INTO %s SELECT x.* FROM (SELECT %s AS p, s.* FROM %s AS s%s) AS x WHERE x.p IS NOT NULL"
                      % (parent, case, req.source["read"], req.row_filter()))
     for p in parts:
@@ -453,12 +487,13 @@ def part_options(req) -> dict:
     return opts
 
 
-def anonymize_part(plpy, req, part: Part, j: int, into, run_part) -> int:
+def anonymize_part(plpy, req, part: Part, j: int, into, run_part, summary=None) -> int:
     """One part in this backend: sabre_anonymize's stages (``run_part``, which the entry point
     passes in, so this module never imports it) over the part's rows table (then dropped), or
     over a temporary view of the source's rows when the part is the whole table, written
     straight into the run's relations ``into`` (class ids from its offset); returns the part's
-    number of classes."""
+    number of classes.  ``summary``: the table's SA summary, whose part the split counted
+    (:func:`part_summary`: the part's own summary without a scan of its rows)."""
     source = part.rows_table
     if not source:
         source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
@@ -466,9 +501,26 @@ def anonymize_part(plpy, req, part: Part, j: int, into, run_part) -> int:
             source.split(".", 1)[1], req.source["read"], part.predicate))
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name, part.budget, req.k,
                              req.method, part.output, json.dumps(part_options(req)))
-    classes = run_part(plpy, part_req, into)
+    classes = run_part(plpy, part_req, into, part_summary(req, summary, part) if summary is not None else None)
     plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
     return classes
+
+
+def part_summary(req, summary, part: Part):
+    """The part's SA summary as ``scan.sa_summary`` of its rows reads it, from the split's exact
+    counts (its read then checks them, as it checks a summary it scanned): a numerical SA's
+    values present in the part, a named hierarchy's leaves.  None (scanned) for a flat
+    categorical SA (its leaves are the part's own values) or a part without counts."""
+    counts = part.counts
+    if counts is None or (summary.hierarchy is not None and req.sa.hierarchy_name is None):
+        return None
+    counts = np.asarray(counts, dtype=np.int64)
+    if summary.hierarchy is not None:
+        return scan.SASummary(part.rows, counts, None, summary.hierarchy)
+    present = np.flatnonzero(counts)
+    if summary.ranks is not None:
+        return scan.SASummary(part.rows, counts[present], None, None, [summary.ranks[i] for i in present])
+    return scan.SASummary(part.rows, counts[present], summary.distinct[present], None)
 
 
 def run(plpy, req, clock: Stopwatch, run_part, summary=None):
@@ -495,11 +547,14 @@ def run(plpy, req, clock: Stopwatch, run_part, summary=None):
     built = _built(req, run_)
     # the parts' classes carry their EMD to their part: the run's classes get the table's
     written_by_parts = {**built, "_classes": req.output.temporary_qualified(run_.run_id, "pc")}
-    with clock.phase("partition"):         # the parts, one after another
+    # (each part's read from its first block: a synchronized scan of a part over shared_buffers / 4
+    # started where an earlier scan of it stopped, so a part's rows -- and its classes -- could
+    # come in another order)
+    with clock.phase("partition"), C.settings(plpy, synchronize_seqscans="off"):   # the parts, one after another
         offset = 0
         for j, part in enumerate(parts):
             offset += anonymize_part(plpy, req, part, j, publish.Into(written_by_parts, offset, j == 0),
-                                     run_part)
+                                     run_part, summary)
     with C.settings(plpy, jit="off"):
         with clock.phase("check"):
             written = check_written_in_chunks(plpy, req, written_by_parts, summary)
@@ -634,6 +689,7 @@ class Written:
     class_ids: np.ndarray    # offset ids, ascending
     sizes: np.ndarray
     emd: np.ndarray          # each class's EMD to the whole table (correctly rounded)
+    keys: np.ndarray = None  # the side table's keys, sorted, when read with its classes (integer keys)
 
     @property
     def max_emd(self) -> float:
@@ -666,7 +722,9 @@ def check_written_in_chunks(plpy, req, relations, summary) -> Written:
     its side table maps to it (most classes lie in one chunk), so memory is one chunk's groups
     whatever the table size; a class with more rows than keys, or rows missing, fails."""
     out = relations[""]
-    ids, ns = _keys_per_class(plpy, relations["_keys"])
+    in_memory = req.key.integer and summary.rows <= KEYS_IN_MEMORY
+    ids, ns, keys = _keys_per_class(plpy, relations["_keys"], in_memory) if in_memory else \
+        (*_keys_per_class(plpy, relations["_keys"]), None)
     expected = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
     expected[ids] = ns
     blocks = int(plpy.execute(plpy.prepare(
@@ -697,7 +755,7 @@ def check_written_in_chunks(plpy, req, relations, summary) -> Written:
     written = check.written()
     if not np.array_equal(written.class_ids, ids):         # (every class of the side table has rows)
         raise _keys_mismatch()
-    return written
+    return replace(written, keys=keys)
 
 
 class _TableCheck:
@@ -775,8 +833,22 @@ def _part_groups(plpy, req, summary, output):
     return ec, values - 1, n
 
 
-def _keys_per_class(plpy, keys_table):
-    """(class ids ascending, rows) of a side table."""
+def _keys_per_class(plpy, keys_table, with_keys: bool = False):
+    """(class ids ascending, rows) of a side table; ``with_keys`` (an integer key): and its
+    keys sorted, all from one binary read (the rows per class by a bincount of the class ids)."""
+    if with_keys:
+        r = plpy.execute("SELECT pg_catalog.count(*) AS n, pg_catalog.count(k.ec_id) AS e, pg_catalog.count(k.key) "
+                         "AS c, %s AS ec, %s AS keys FROM %s AS k" % (
+                             T.binary_agg("k.ec_id", "int8"), T.binary_agg("k.key", "int8"), keys_table))[0]
+        n = int(r["n"])
+        ec, keys = T.decode_array(r["ec"], "int8", int(r["e"])), T.decode_array(r["keys"], "int8", int(r["c"]))
+        del r
+        if len(ec) != n or len(keys) != n or (n and not 0 <= ec.min() <= ec.max() < n):
+            raise _keys_mismatch()
+        keys.sort()
+        per_class = np.bincount(ec)
+        ids = np.flatnonzero(per_class)
+        return ids, per_class[ids], keys
     r = plpy.execute("SELECT pg_catalog.count(*) AS c, %s AS ids, %s AS ns FROM (SELECT ec_id::pg_catalog.int8 AS "
                      "ec_id, pg_catalog.count(*) AS n FROM %s GROUP BY 1 ORDER BY 1) AS g" % (
                          T.binary_agg("g.ec_id", "int8"), T.binary_agg("g.n", "int8"), keys_table))[0]
@@ -802,18 +874,12 @@ def check_every_row_once(plpy, req, built, written: Written | None = None):
     ``= ANY (subquery)``, the semi-join EXISTS would be: Citus plans it on a distributed source.)
     ``written``: the check of ``built`` themselves (:func:`check_written_in_chunks`: each class
     has as many output rows as keys), relations of this transaction no other session sees -- their
-    row counts are then its sizes' sum, not counted again (two scans fewer: the output and keys)."""
-    key, src = C.ident(req.key.name), req.source["read"]
-    filt = req.row_filter()
-    counted = "(SELECT pg_catalog.count(*) FROM %s) AS keys, (SELECT pg_catalog.count(*) FROM %s) AS output_rows, " \
-        % (built["_keys"], built[""]) if written is None else \
-        "%d::pg_catalog.int8 AS keys, %d::pg_catalog.int8 AS output_rows, " % ((int(written.sizes.sum()),) * 2)
-    r = plpy.execute(
-        "SELECT %(counted)s(SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
-        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE s.%(key)s OPERATOR(pg_catalog.=) ANY (SELECT k.key "
-        "FROM %(k)s AS k)%(and)s) AS matched" % {
-            "counted": counted, "k": built["_keys"], "src": src, "key": key, "filt": filt,
-            "and": filt.replace(" WHERE ", " AND ", 1)})[0]
+    row counts are then its sizes' sum, not counted again (two scans fewer: the output and keys);
+    with an integer key and at most ``KEYS_IN_MEMORY`` rows, the same counts from the sorted keys
+    in numpy (:func:`_rows_once_in_memory`)."""
+    r = None if written is None else _rows_once_in_memory(plpy, req, built, int(written.sizes.sum()), written.keys)
+    if r is None:
+        r = _rows_once_in_sql(plpy, req, built, written)
     n = r["source_rows"]
     if not r["keys"] == r["matched"] == r["output_rows"] == n:
         raise E.source_changed(
@@ -821,6 +887,54 @@ def check_every_row_once(plpy, req, built, written: Written | None = None):
             "rows, %d keys, %d source rows found among them)" % (n, r["output_rows"], r["keys"], r["matched"]),
             "Run again (inside REPEATABLE READ if the source is being written), with the parts of one "
             "sabre_partitions call.")
+
+
+def _rows_once_in_sql(plpy, req, built, written: Written | None) -> dict:
+    """The counts of :func:`check_every_row_once` by one statement: the source counted, and its
+    rows whose key is among the side table's (a hash semi-join)."""
+    key, src = C.ident(req.key.name), req.source["read"]
+    filt = req.row_filter()
+    counted = "(SELECT pg_catalog.count(*) FROM %s) AS keys, (SELECT pg_catalog.count(*) FROM %s) AS output_rows, " \
+        % (built["_keys"], built[""]) if written is None else \
+        "%d::pg_catalog.int8 AS keys, %d::pg_catalog.int8 AS output_rows, " % ((int(written.sizes.sum()),) * 2)
+    return plpy.execute(
+        "SELECT %(counted)s(SELECT pg_catalog.count(*) FROM %(src)s AS s%(filt)s) AS source_rows, "
+        "(SELECT pg_catalog.count(*) FROM %(src)s AS s WHERE s.%(key)s OPERATOR(pg_catalog.=) ANY (SELECT k.key "
+        "FROM %(k)s AS k)%(and)s) AS matched" % {
+            "counted": counted, "k": built["_keys"], "src": src, "key": key, "filt": filt,
+            "and": filt.replace(" WHERE ", " AND ", 1)})[0]
+
+
+def _rows_once_in_memory(plpy, req, built, output_rows: int, keys=None) -> dict | None:
+    """The counts of :func:`check_every_row_once` from two binary reads -- the source's keys and
+    the side table's -- sorted in numpy: equal sorted arrays are every source row's key among the
+    keys, each once (the hash semi-join of 10M keys cost several times the two reads,
+    docs/evaluation.md "Automatic parts: the fixed costs, 2").  None (do it in SQL) for a key
+    that is no integer or more than ``KEYS_IN_MEMORY`` rows (memory: 8 bytes a row per array)."""
+    if not req.key.integer or output_rows > KEYS_IN_MEMORY:
+        return None
+    counts = {"output_rows": output_rows}
+    reads = [("source_rows", req.key.name, "%s AS s%s" % (req.source["read"], req.row_filter()))]
+    if keys is None:                                    # (else read with the side table's classes)
+        reads.append(("keys", "key", "%s AS s" % built["_keys"]))
+    else:
+        counts["keys"] = len(keys)
+    arrays = []
+    for name, col, sql in reads:
+        column = "s.%s" % C.ident(col)
+        r = plpy.execute("SELECT pg_catalog.count(*) AS rows, pg_catalog.count(%s) AS n, %s AS v FROM %s" % (
+            column, T.binary_agg(column, "int8"), sql))[0]
+        counts[name] = int(r["rows"])
+        arrays.append(T.decode_array(r["v"], "int8", int(r["n"])))
+        del r
+        arrays[-1].sort()
+    source, keys = arrays[0], arrays[1] if keys is None else keys
+    if np.array_equal(source, keys):
+        counts["matched"] = len(source)
+    else:                                               # (only for the error's message)
+        at = np.minimum(np.searchsorted(keys, source), max(len(keys) - 1, 0))
+        counts["matched"] = int(np.count_nonzero(keys[at] == source)) if len(keys) else 0
+    return counts
 
 
 # ---------------------------------------------------------------------------- entry points

@@ -57,6 +57,7 @@ class SASummary:
     distinct: np.ndarray | None
     hierarchy: Hierarchy | None
     ranks: list | None = None
+    spans: tuple | None = None     # (rows, ((count, min, max), ...)) of the expressions asked for
 
     def domain(self) -> SADomain:
         if self.hierarchy is None:
@@ -145,17 +146,20 @@ def hierarchies(plpy, req) -> dict:
     return found
 
 
-def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
+def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None, spans=()) -> SASummary:
     """The SA frequency summary: one ``GROUP BY`` over the sensitive column (``sa``, by
-    default the request's first).
+    default the request's first).  ``spans``: float8 SQL expressions (over ``s.``) whose
+    count, min and max over the rows the same scan also gives, as ``SASummary.spans`` (the
+    split of a partitioned run: its QIs' spans, docs/scale-out.md).
 
     A value that is no leaf of a named hierarchy is reported here, matched exactly by text; a
     numerical SA's distinct values are int8 for integer types, else the float8 of the read.
     """
     sa, source, where = sa or req.sa, req.source["read"], req.row_filter()
     c = "s." + C.ident(sa.name)
+    inner, outer = _span_sql(spans)
     if sa.numerical and sa.typname == "numeric":
-        return _numeric_summary(plpy, req, c, sa)
+        return _numeric_summary(plpy, req, c, sa, spans)
     if sa.numerical:
         integer = sa.typname in C.INTEGER_TYPES
         vtype = "int8" if integer else "float8"
@@ -164,11 +168,11 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
             "coalesce(sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
             "count(*) FILTER (WHERE g.v IS NOT NULL) AS m, %s AS bad, "
             "string_agg(%ssend(g.v), ''::bytea ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS vs, "
-            "string_agg(int8send(g.n), ''::bytea ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns "
-            "FROM (SELECT %s AS v, count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (
+            "string_agg(int8send(g.n), ''::bytea ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns%s "
+            "FROM (SELECT %s AS v, count(*) AS n%s FROM %s AS s%s GROUP BY 1) AS g" % (
                 "0" if integer else "coalesce(sum(g.n) FILTER (WHERE g.v %s), 0)" % NONFINITE,
-                vtype, "%s::int8" % c if integer else C.numeric_expr(plpy, sa.name, sa.col, "s."),
-                source, where))[0]
+                vtype, outer, "%s::int8" % c if integer else C.numeric_expr(plpy, sa.name, sa.col, "s."),
+                inner, source, where))[0]
         if r["bad"]:
             raise nonfinite_error([(sa.name, r["bad"])], nonfinite_values(plpy, req, [(sa.name, r["bad"])]))
         distinct = T.decode_array(r["vs"], vtype, r["m"])
@@ -178,31 +182,52 @@ def sa_summary(plpy, req, hierarchy: Hierarchy | None, sa=None) -> SASummary:
             "SELECT coalesce(sum(g.n) FILTER (WHERE g.v IS NULL), 0) AS nulls, "
             "coalesce(sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
             "array_agg(g.v) FILTER (WHERE g.v IS NOT NULL) AS vs, "
-            "array_agg(g.n) FILTER (WHERE g.v IS NOT NULL) AS ns "
-            "FROM (SELECT %s::text AS v, count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (c, source, where))[0]
+            "array_agg(g.n) FILTER (WHERE g.v IS NOT NULL) AS ns%s "
+            "FROM (SELECT %s::text AS v, count(*) AS n%s FROM %s AS s%s GROUP BY 1) AS g" % (
+                outer, c, inner, source, where))[0]
         if hierarchy is None and r["vs"]:           # no hierarchy named: the flat one
             hierarchy = Hierarchy.flat(r["vs"], name=sa.name)
         counts, distinct = _leaf_counts(sa, hierarchy, r["vs"] or [], r["ns"] or []), None
     _check_rows(plpy, req, r)
-    return SASummary(int(r["total"]), counts, distinct, hierarchy)
+    return SASummary(int(r["total"]), counts, distinct, hierarchy, spans=_spans_of(r, spans))
 
 
-def _numeric_summary(plpy, req, column, sa) -> SASummary:
+def _span_sql(spans) -> tuple:
+    """(inner, outer) SQL of :func:`sa_summary`'s ``spans``: per SA group, then over the groups."""
+    inner = "".join(", pg_catalog.count(%s) AS c%d, pg_catalog.min(%s) AS lo%d, pg_catalog.max(%s) AS hi%d"
+                    % (e, i, e, i, e, i) for i, e in enumerate(spans))
+    outer = (", pg_catalog.sum(g.n) AS all_rows" if spans else "") + "".join(
+        ", pg_catalog.sum(g.c%d) AS c%d, pg_catalog.min(g.lo%d) AS lo%d, pg_catalog.max(g.hi%d) AS hi%d"
+        % ((i,) * 6) for i in range(len(spans)))
+    return inner, outer
+
+
+def _spans_of(r, spans) -> tuple | None:
+    if not spans:
+        return None
+    return int(r["all_rows"] or 0), tuple((int(r["c%d" % i] or 0), r["lo%d" % i], r["hi%d" % i])
+                                          for i in range(len(spans)))
+
+
+def _numeric_summary(plpy, req, column, sa, spans=()) -> SASummary:
     """A ``numeric`` SA, exactly: its distinct values in numeric order (their canonical text,
     ``trim_scale``, is what the read hashes), so no two values merge as they would in float8."""
     source, where = req.source["read"], req.row_filter()
+    inner, outer = _span_sql(spans)
     r = plpy.execute(
         "SELECT COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IS NULL), 0) AS nulls, "
         "COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IS NOT NULL), 0) AS total, "
         "COALESCE(pg_catalog.sum(g.n) FILTER (WHERE g.v IN ('NaN'::numeric, 'Infinity'::numeric, "
         "'-Infinity'::numeric)), 0) AS bad, "
         "pg_catalog.array_agg(pg_catalog.trim_scale(g.v)::text ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS vs, "
-        "pg_catalog.array_agg(g.n ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns "
-        "FROM (SELECT %s AS v, pg_catalog.count(*) AS n FROM %s AS s%s GROUP BY 1) AS g" % (column, source, where))[0]
+        "pg_catalog.array_agg(g.n ORDER BY g.v) FILTER (WHERE g.v IS NOT NULL) AS ns%s "
+        "FROM (SELECT %s AS v, pg_catalog.count(*) AS n%s FROM %s AS s%s GROUP BY 1) AS g" % (
+            outer, column, inner, source, where))[0]
     if r["bad"]:
         raise nonfinite_error([(sa.name, r["bad"])], nonfinite_values(plpy, req, [(sa.name, r["bad"])]))
     _check_rows(plpy, req, r)
-    return SASummary(int(r["total"]), np.asarray(r["ns"] or [], dtype=np.int64), None, None, list(r["vs"] or []))
+    return SASummary(int(r["total"]), np.asarray(r["ns"] or [], dtype=np.int64), None, None, list(r["vs"] or []),
+                     _spans_of(r, spans))
 
 
 def _check_rows(plpy, req, r):
