@@ -105,7 +105,7 @@ def _cut(plpy, req, summary, nums, leaf):
     cuts = _candidates(plpy, req, nums, leaf)
     if not cuts:
         return None
-    conds = ["%s < %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col, clamp=True), partition._float_literal(v))
+    conds = ["%s OPERATOR(pg_catalog.<) %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col, clamp=True), partition._float_literal(v))
              for i, v, _ in cuts]
     grouped = "SELECT %s AS sa, pg_catalog.count(*) AS n, %s FROM %s AS s%s GROUP BY 1" % (
         partition._sa_expr(plpy, req, summary), ", ".join(

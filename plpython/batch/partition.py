@@ -346,7 +346,7 @@ def _sides(ctx, leaf, i: int, edge, below, emds) -> list:
     # the smallest value of bucket ``edge`` in the whole table: every row of a lower bucket is
     # below it, every row of this or a higher bucket is not (buckets are monotone)
     at = cells.bucket[:, i] == edge
-    cond = "%s < %s" % (C.numeric_expr(ctx.plpy, qi.name, qi.col, clamp=True), _float_literal(cells.lo[at, i].min()))
+    cond = "%s OPERATOR(pg_catalog.<) %s" % (C.numeric_expr(ctx.plpy, qi.name, qi.col, clamp=True), _float_literal(cells.lo[at, i].min()))
     counts = np.vstack([below, leaf.counts - below])
     return [_Leaf(leaf.conds + [c], int(cs.sum()), cs, emd=float(e), cells=ix) for c, cs, e, ix in
             zip((cond, "NOT (%s)" % cond), counts, emds, (mine[left], mine[~left]))]

@@ -144,8 +144,9 @@ def numeric_expr(plpy, name: str, col: dict, prefix: str = "", clamp: bool = Fal
                 "ELSE 0::pg_catalog.float8 END)" % (c, c, NUMERIC_FLOAT_MAX, c, NUMERIC_FLOAT_MIN, c, c, c, c,
                                                     NUMERIC_FLOAT_MAX))
     if col["typname"] == "date":      # (date - date refuses infinite dates)
-        return ("(CASE WHEN isfinite(%s) THEN (%s - date '1970-01-01')::float8 WHEN %s > date '1970-01-01' "
-                "THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END)" % (c, c, c))
+        return ("(CASE WHEN pg_catalog.isfinite(%s) THEN (%s OPERATOR(pg_catalog.-) '1970-01-01'::pg_catalog.date)"
+                "::pg_catalog.float8 WHEN %s OPERATOR(pg_catalog.>) '1970-01-01'::pg_catalog.date "
+                "THEN 'Infinity'::pg_catalog.float8 ELSE '-Infinity'::pg_catalog.float8 END)" % (c, c, c))
     if col["typname"] == "interval":
         # seconds in PostgreSQL's own interval order (a month is 30 days, a day 24 hours),
         # not extract(epoch), which counts a year as 365.25 days
@@ -154,8 +155,8 @@ def numeric_expr(plpy, name: str, col: dict, prefix: str = "", clamp: bool = Fal
                 "+ pg_catalog.date_part('minute', %s) * 60 + pg_catalog.date_part('second', %s))::float8"
                 % ((c,) * 6))
     if col["category"] in ("D", "T"):
-        return "pg_catalog.date_part('epoch', %s)::float8" % c
-    return "%s::float8" % c
+        return "pg_catalog.date_part('epoch', %s)::pg_catalog.float8" % c
+    return "%s::pg_catalog.float8" % c
 
 
 def leaf_position_join(alias: str, param: int, value_sql: str) -> str:
