@@ -4,14 +4,11 @@ docs/scale-out.md, "Citus (built)"): the shard-local design (``options.citus_des
 worker that holds it against the whole table's SA distribution, on tests/citus/conftest.py's cluster."""
 from __future__ import annotations
 
-import threading
-import time
-
 import psycopg
 import pytest
 
-from sabre_pg import cli
-from sabre_pg.bench.netio import SocketBytes
+from tests.citus.helpers import (assert_old_output_intact, coordinator_received, fails_with_a_worker_stopped,
+                                 distributed_table, leftovers, placement)
 
 ROWS = 2400
 SHARDS = 4
@@ -24,30 +21,7 @@ RUN = ("SELECT run_id, rows, classes, min_class_size, max_emd, ail FROM sabre.sa
 @pytest.fixture(scope="module")
 def pd(citus_cluster):
     """sabre on every node; public.pd (sabre-pg gen) distributed by id in 4 shards."""
-    dsn = citus_cluster.dsn
-    assert cli.main(["install", "--dsn", dsn]) == 0
-    assert cli.main(["gen", "--dsn", dsn, "--table", "pd", "--rows", str(ROWS), "--replace"]) == 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_catalog.create_distributed_table('public.pd', 'id', shard_count => %s)", (SHARDS,))
-        yield conn
-        conn.execute("DROP TABLE IF EXISTS public.pd CASCADE")
-
-
-def _placement(conn, relation):
-    return conn.execute("SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey), "
-                        "colocationid FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
-                        (relation,)).fetchone()
-
-
-def _received(conn, call) -> int:
-    """Bytes the connection's backend (the coordinator's) received from the workers over its TCP
-    sockets while ``call()`` ran (sabre_pg/bench/netio.py: /proc/<pid>/io rchar misses them)."""
-    pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
-    ports = [p for (p,) in conn.execute("SELECT nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0")]
-    with SocketBytes(pid, ports) as sockets:
-        call()
-    assert sockets.result() is not None, "ss cannot see the coordinator backend's sockets"
-    return sockets.result()["received"]
+    yield from distributed_table(citus_cluster.dsn, "pd", ROWS, SHARDS)
 
 
 def test_each_shard_is_anonymized_on_its_worker(pd):
@@ -58,10 +32,10 @@ def test_each_shard_is_anonymized_on_its_worker(pd):
     parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
     assert (parts["citus"], parts["parts"], parts["workers"]) == ("shard-local", SHARDS, 2)
     # every relation colocated with the source: the rows never left their shard's worker
-    source = _placement(conn, "public.pd")
-    assert _placement(conn, "public.pd_anon") == source
-    assert _placement(conn, "public.pd_anon_classes") == ("h", "shard_key", source[2])
-    assert _placement(conn, "public.pd_anon_keys") == ("h", "key", source[2])
+    source = placement(conn, "public.pd")
+    assert placement(conn, "public.pd_anon") == source
+    assert placement(conn, "public.pd_anon_classes") == ("h", "shard_key", source[2])
+    assert placement(conn, "public.pd_anon_keys") == ("h", "key", source[2])
     # every source row exactly once, with its own SA value (a colocated join, on the workers)
     assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.pd_anon").fetchone() == (ROWS, ROWS)
     assert conn.execute("SELECT count(*) FROM public.pd c FULL JOIN public.pd_anon o USING (id) WHERE c.id IS NULL "
@@ -87,7 +61,7 @@ def test_the_coordinator_reads_far_less_than_the_table(pd):
     read = {}
     runs = {}
     for method in ("ak", "mondrian"):
-        read[method] = _received(conn, lambda: runs.setdefault(
+        read[method] = coordinator_received(conn, lambda: runs.setdefault(
             method, conn.execute(RUN, (5, "public.pd_io_" + method, method)).fetchone()[0]))
     run_id = runs["mondrian"]
     parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
@@ -100,45 +74,15 @@ def test_the_coordinator_reads_far_less_than_the_table(pd):
 def test_a_worker_stopped_mid_run_fails_it_and_keeps_the_old_output(pd, citus_cluster):
     conn = pd
     run_id, _, classes = conn.execute(RUN, (5, "public.pd_kept", "refine")).fetchone()[:3]
-    worker = citus_cluster.workers[1]
     # stop the second worker while the first shard is being anonymized on the first
-    watch = citus_cluster.workers[0]
-    started = threading.Event()
-
-    def stop_when_started():
-        with psycopg.connect(watch.dsn(tcp=True), autocommit=True) as w:
-            for _ in range(600):
-                if w.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE query LIKE "
-                             "'%sabre_citus_shard%' AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0]:
-                    started.set()
-                    worker.stop()
-                    return
-                time.sleep(0.02)
-
-    stopper = threading.Thread(target=stop_when_started)
-    stopper.start()
-    try:
-        with pytest.raises(psycopg.Error) as ei:
-            conn.execute(RUN, (8, "public.pd_kept", "refine"))
-    finally:
-        stopper.join()
-        citus_cluster.start_node(worker)
-    e = ei.value
+    e = fails_with_a_worker_stopped(citus_cluster, lambda: conn.execute(RUN, (8, "public.pd_kept", "refine")))
     print("worker stopped mid-run:", e.sqlstate, e.diag.message_primary, "HINT:", e.diag.message_hint)
-    assert started.is_set()
     assert e.sqlstate == "08006", (e.sqlstate, str(e))
     assert "could not reach a node" in e.diag.message_primary and "previous output" in e.diag.message_hint
     # the old output, intact on every node
-    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.pd_kept").fetchone() == (ROWS, ROWS)
-    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.pd_kept'::regclass, 'salary', "
-                        "0.3::float8, 5)").fetchone() == (classes, 0)
-    assert f"sabre-pg run {run_id}," in conn.execute(
-        "SELECT pg_catalog.obj_description('public.pd_kept'::regclass, 'pg_class')").fetchone()[0]
+    assert_old_output_intact(conn, "public.pd_kept", run_id, classes, ROWS)
     # nothing of the failed run left behind: no temporary relation on the coordinator or a worker
-    for dsn in [citus_cluster.dsn] + citus_cluster.worker_dsns:
-        with psycopg.connect(dsn) as node:
-            assert node.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname LIKE 'sabre_tmp%'"
-                                ).fetchone()[0] == 0
+    assert leftovers(citus_cluster) == 0
 
 
 def test_a_shard_that_cannot_meet_t_publishes_nothing(pd):

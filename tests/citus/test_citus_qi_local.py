@@ -5,14 +5,11 @@ the worker that holds it against the whole table, the output moved back colocate
 source; on tests/citus/conftest.py's cluster."""
 from __future__ import annotations
 
-import threading
-import time
-
 import psycopg
 import pytest
 
-from sabre_pg import cli
-from sabre_pg.bench.netio import SocketBytes
+from tests.citus.helpers import (assert_old_output_intact, coordinator_received, fails_with_a_worker_stopped,
+                                 distributed_table, leftovers, placement)
 
 ROWS = 2400
 SHARDS = 4
@@ -30,52 +27,30 @@ def _opts(design=None, **more):
 @pytest.fixture(scope="module")
 def ql(citus_cluster):
     """sabre on every node; public.ql (sabre-pg gen, seeded) distributed by id in 4 shards."""
-    dsn = citus_cluster.dsn
-    assert cli.main(["install", "--dsn", dsn]) == 0
-    assert cli.main(["gen", "--dsn", dsn, "--table", "ql", "--rows", str(ROWS), "--replace"]) == 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_catalog.create_distributed_table('public.ql', 'id', shard_count => %s)", (SHARDS,))
-        yield conn
-        conn.execute("DROP TABLE IF EXISTS public.ql CASCADE")
-
-
-def _placement(conn, relation):
-    return conn.execute("SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey), "
-                        "colocationid FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
-                        (relation,)).fetchone()
-
-
-def _leftovers(citus_cluster) -> int:
-    """Relations of a run under a temporary name (staging, staged, driver) on any node."""
-    n = 0
-    for dsn in [citus_cluster.dsn] + citus_cluster.worker_dsns:
-        with psycopg.connect(dsn) as node:
-            n += node.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname LIKE 'sabre_tmp%'").fetchone()[0]
-    return n
+    yield from distributed_table(citus_cluster.dsn, "ql", ROWS, SHARDS)
 
 
 def test_the_default_is_qi_local_colocated_t_close_every_row_once_better_than_shard_local(ql, citus_cluster):
     conn = ql
     table = conn.execute("SELECT pg_catalog.citus_table_size('public.ql')").fetchone()[0]
-    pid = conn.execute("SELECT pg_catalog.pg_backend_pid()").fetchone()[0]
-    ports = [p for (p,) in conn.execute("SELECT nodeport FROM pg_catalog.pg_dist_node WHERE groupid <> 0")]
-    with SocketBytes(pid, ports) as sockets:
-        run_id, rows, classes, min_size, max_emd, ail = conn.execute(RUN, (5, "public.ql_anon", _opts())).fetchone()
+    got = {}
+    received = coordinator_received(conn, lambda: got.setdefault("run", conn.execute(
+        RUN, (5, "public.ql_anon", _opts())).fetchone()))
+    run_id, rows, classes, min_size, max_emd, ail = got["run"]
     # the rows moved worker to worker: the coordinator received aggregates only (the split's
     # histograms and SA counts, the parts' replies), far less than the table
-    assert sockets.result() is not None, "ss cannot see the coordinator backend's sockets"
-    print("coordinator received:", sockets.result()["received"], "table:", table)
-    assert 0 < sockets.result()["received"] < table / 2       # (measured: 0.31x on these 2,400 rows)
+    print("coordinator received:", received, "table:", table)
+    assert 0 < received < table / 2       # (measured: 0.31x on these 2,400 rows)
     assert rows == ROWS and classes > 2 and min_size >= 5 and max_emd <= 0.3 and 0 < ail < 1
     # the design recorded: QI-local, one part per worker, on both workers
     parts = conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (run_id,)).fetchone()[0]
     assert (parts["citus_design"], parts["citus"], parts["parts"], parts["workers"]) == ("qi_local", "qi-local", 2, 2)
     assert sum(parts["part_rows"]) == ROWS and parts["automatic"] is True
     # the output and side table colocated with the source; the classes by their part
-    source = _placement(conn, "public.ql")
-    assert _placement(conn, "public.ql_anon") == source
-    assert _placement(conn, "public.ql_anon_keys") == ("h", "key", source[2])
-    assert _placement(conn, "public.ql_anon_classes")[:2] == ("h", "shard_key")
+    source = placement(conn, "public.ql")
+    assert placement(conn, "public.ql_anon") == source
+    assert placement(conn, "public.ql_anon_keys") == ("h", "key", source[2])
+    assert placement(conn, "public.ql_anon_classes")[:2] == ("h", "shard_key")
     # every source row exactly once, with its own SA value (a colocated join, on the workers)
     assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.ql_anon").fetchone() == (ROWS, ROWS)
     assert conn.execute("SELECT count(*) FROM public.ql c FULL JOIN public.ql_anon o USING (id) WHERE c.id IS NULL "
@@ -86,7 +61,7 @@ def test_the_default_is_qi_local_colocated_t_close_every_row_once_better_than_sh
     assert conn.execute("SELECT * FROM sabre.sabre_verify('public.ql_anon'::regclass, 'salary', 0.3::float8, 5)"
                         ).fetchone() == (classes, 0, pytest.approx(max_emd), min_size)
     # the staging table, the staged relations and the driver are gone from every node
-    assert _leftovers(citus_cluster) == 0
+    assert leftovers(citus_cluster) == 0
     # not worse than shard-local: parts that are regions of the QI space give narrower classes
     # than hash shards, which are random samples of it (a lower AIL, both with 0 violations)
     run_id, _, _, _, _, shard_ail = conn.execute(RUN, (5, "public.ql_shard_local", _opts("shard_local"))).fetchone()
@@ -114,7 +89,7 @@ def test_partitions_sets_the_number_of_parts(ql, citus_cluster):
     assert parts["automatic"] is True and parts["parts"] >= 4 and sum(parts["part_rows"]) == ROWS
     assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.ql_4'::regclass, "
                         "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
-    assert _leftovers(citus_cluster) == 0
+    assert leftovers(citus_cluster) == 0
 
 
 def test_a_bad_design_is_an_error_with_a_hint(ql):
@@ -140,37 +115,12 @@ def test_a_bad_design_is_an_error_with_a_hint(ql):
 def test_a_worker_stopped_mid_run_fails_it_and_keeps_the_old_output(ql, citus_cluster):
     conn = ql
     run_id, _, classes = conn.execute(RUN, (5, "public.ql_kept", _opts())).fetchone()[:3]
-    worker, watch = citus_cluster.workers[1], citus_cluster.workers[0]
-    started = threading.Event()
-
-    def stop_when_started():     # stop the second worker once a part runs on the first
-        with psycopg.connect(watch.dsn(tcp=True), autocommit=True) as w:
-            for _ in range(600):
-                if w.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE query LIKE "
-                             "'%sabre_citus_shard%' AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0]:
-                    started.set()
-                    worker.stop()
-                    return
-                time.sleep(0.02)
-
-    stopper = threading.Thread(target=stop_when_started)
-    stopper.start()
-    try:
-        with pytest.raises(psycopg.Error) as ei:
-            conn.execute(RUN, (8, "public.ql_kept", _opts()))
-    finally:
-        stopper.join()
-        citus_cluster.start_node(worker)
-    e = ei.value
-    assert started.is_set()
+    # stop the second worker once a part runs on the first
+    e = fails_with_a_worker_stopped(citus_cluster, lambda: conn.execute(RUN, (8, "public.ql_kept", _opts())))
     assert e.sqlstate == "08006", (e.sqlstate, str(e))
     assert "could not reach a node" in e.diag.message_primary and "previous output" in e.diag.message_hint
-    assert conn.execute("SELECT count(*), count(DISTINCT id) FROM public.ql_kept").fetchone() == (ROWS, ROWS)
-    assert conn.execute("SELECT classes, violations FROM sabre.sabre_verify('public.ql_kept'::regclass, 'salary', "
-                        "0.3::float8, 5)").fetchone() == (classes, 0)
-    assert f"sabre-pg run {run_id}," in conn.execute(
-        "SELECT pg_catalog.obj_description('public.ql_kept'::regclass, 'pg_class')").fetchone()[0]
-    assert _leftovers(citus_cluster) == 0
+    assert_old_output_intact(conn, "public.ql_kept", run_id, classes, ROWS)
+    assert leftovers(citus_cluster) == 0
 
 
 def test_an_analyst_runs_qi_local(ql, citus_cluster, analyst_role):
@@ -188,7 +138,7 @@ def test_an_analyst_runs_qi_local(ql, citus_cluster, analyst_role):
                                        (run_id,)).fetchone() == ("qi_local", "sec_qil")
                 assert analyst.execute("SELECT classes, violations FROM sabre.sabre_verify('qil.o'::regclass, "
                                        "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
-            assert _placement(dba, "qil.o") == _placement(dba, "public.ql")
+            assert placement(dba, "qil.o") == placement(dba, "public.ql")
             assert dba.execute("SELECT pg_catalog.pg_get_userbyid(relowner), relacl FROM pg_catalog.pg_class "
                                "WHERE oid = 'qil.o_keys'::regclass").fetchone()[0] == "sec_qil"
         finally:
