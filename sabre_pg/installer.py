@@ -221,7 +221,7 @@ def render_sql(text: str, schema: str) -> str:
     text = _LIMIT.sub(lambda m: str(int(getattr(limits, m.group(1)))), text)
     text = _WRAP.sub(lambda m: wrapper(text[:m.start()], m.group(1), m.group(2)), text)
     text = _RECORD_FORM.sub(lambda m: DROP_RECORD_FORM % {"sig": m.group(1)}, text)
-    return text.replace("@errors@", ERRORS.rstrip("\n")).replace(
+    return text.replace("@errors_driven@", ERRORS_DRIVEN.rstrip("\n")).replace("@errors@", ERRORS.rstrip("\n")).replace(
         "@bootstrap@", bootstrap(schema).rstrip("\n")).replace("@schema@", quote_schema(schema))
 
 
@@ -275,6 +275,7 @@ def wrapper(before: str, name: str, result: str | None) -> str:
 # without the Python prefix, the same SQLSTATE, DETAIL and HINT, and a one-line CONTEXT (the
 # wrapper's RAISE).  The traceback goes to the server log (LOG, never sent at the default
 # client_min_messages).  A cancel (57014) is re-raised the same way.
+_ERRORS_LOG = "        RAISE LOG USING MESSAGE = e_message, DETAIL = e_context;\n"
 ERRORS = r"""EXCEPTION WHEN OTHERS OR query_canceled THEN
     DECLARE
         e_message pg_catalog.text; e_state pg_catalog.text; e_detail pg_catalog.text;
@@ -296,6 +297,16 @@ ERRORS = r"""EXCEPTION WHEN OTHERS OR query_canceled THEN
         END IF;
     END;
 """
+
+# ``@errors_driven@``: ``@errors@`` for a wrapper that may drive a run (``sabre_driven_run``,
+# plpython/shared/driven.py): a failed statement of the run is first shown to the run, whose
+# handlers may report another error instead (a lost Citus node: 08006 with a HINT).
+ERRORS_DRIVEN = ERRORS.replace(_ERRORS_LOG, _ERRORS_LOG + """        SELECT COALESCE(d.state, e_state), COALESCE(d.message, e_message),
+               CASE WHEN d.state IS NULL THEN e_detail ELSE COALESCE(d.detail, '') END,
+               CASE WHEN d.state IS NULL THEN e_hint ELSE COALESCE(d.hint, '') END
+            INTO e_state, e_message, e_detail, e_hint
+            FROM @schema@.sabre_driven_failed(e_state, e_message, e_detail, e_hint, e_context) AS d;
+""")
 
 # ``@drop_record_form:<name(argument types)>@`` (of the sabre schema): drop that function when it still returns
 # ``record`` (RETURNS TABLE, before its wrapper returned a composite type: a function's result

@@ -52,6 +52,87 @@ BEGIN
 END
 $type$;
 
+-- Runs whose statements PL/pgSQL executes (plpython/shared/driven.py; docs/scale-out.md, "A
+-- worker lost mid-run"): on a Citus distributed source the implementation hands its run to a
+-- job and returns no rows; sabre_driven_run executes the job's statements (EXECUTE opens no
+-- subtransaction, so a worker lost between two statements fails the next one like any error)
+-- and returns the job's result. These functions skip the bootstrap preamble (it executes a statement):
+-- the job's module is already loaded in the backend when there is a job.
+CREATE OR REPLACE FUNCTION @schema@.sabre_driven_step(reply text, role_name text, xact text)
+RETURNS TABLE (kind text, statement text)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+import sys
+driven = sys.modules.get("sabre_plpy.shared.driven")
+if driven is None:
+    return [(None, None)]
+return driven.step(plpy, reply, role_name, xact)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_driven_step(text, text, text) IS
+    'Internal: the next statement of this backend''s pending run (plpython/shared/driven.py)';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_driven_failed(state text, message text, detail text, hint text,
+                                                         context text)
+RETURNS TABLE (state text, message text, detail text, hint text)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+import sys
+driven = sys.modules.get("sabre_plpy.shared.driven")
+if driven is None:
+    return [(None, None, None, None)]
+return driven.failed(plpy, state, message, detail, hint, context)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_driven_failed(text, text, text, text, text) IS
+    'Internal: a statement of the pending run failed; the error to report instead, if any';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_driven_result()
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision, ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+import sys
+driven = sys.modules.get("sabre_plpy.shared.driven")
+return [] if driven is None else driven.result(plpy)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_driven_result() IS
+    'Internal: the result rows of the run sabre_driven_run drove';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_driven_run()
+RETURNS SETOF @schema@.run_result
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    d_kind pg_catalog.text;
+    d_sql pg_catalog.text;
+    d_reply pg_catalog.text := NULL;
+    d_rows pg_catalog.int8;
+    d_role pg_catalog.text := CURRENT_USER::pg_catalog.text;
+    d_xact pg_catalog.text := pg_catalog.statement_timestamp()::pg_catalog.text;
+BEGIN
+    LOOP
+        SELECT s.kind, s.statement INTO d_kind, d_sql FROM @schema@.sabre_driven_step(d_reply, d_role, d_xact) AS s;
+        EXIT WHEN d_kind IS NULL;
+        IF d_kind OPERATOR(pg_catalog.=) 'rows' THEN
+            EXECUTE 'SELECT pg_catalog.json_agg(q)::pg_catalog.text FROM (' OPERATOR(pg_catalog.||) d_sql
+                OPERATOR(pg_catalog.||) E'\n) AS q' INTO d_reply;
+        ELSIF d_kind OPERATOR(pg_catalog.=) 'returning' THEN
+            EXECUTE 'WITH q AS (' OPERATOR(pg_catalog.||) d_sql
+                OPERATOR(pg_catalog.||) E'\n) SELECT pg_catalog.json_agg(q)::pg_catalog.text FROM q' INTO d_reply;
+        ELSIF d_kind OPERATOR(pg_catalog.=) 'command' THEN
+            EXECUTE d_sql;
+            GET DIAGNOSTICS d_rows = ROW_COUNT;
+            d_reply := d_rows::pg_catalog.text;
+        ELSIF d_kind OPERATOR(pg_catalog.=) 'notice' THEN
+            RAISE NOTICE '%', d_sql;
+            d_reply := NULL;
+        ELSE
+            RAISE WARNING '%', d_sql;
+            d_reply := NULL;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_result();
+END
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_driven_run() IS
+    'Internal: execute the statements of this backend''s pending run and return its result';
+
 -- One implementation of sabre_anonymize; the two overloads below are thin wrappers.
 -- source is the relation's OID (NULL when source_name, the caller's text, names none).
 CREATE OR REPLACE FUNCTION @schema@.sabre_anonymize_impl(
@@ -89,7 +170,8 @@ RETURNS SETOF @schema@.run_result
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8);
-@errors@
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_run();
+@errors_driven@
 END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text, double precision, integer, text, text, jsonb) IS
@@ -112,7 +194,8 @@ RETURNS SETOF @schema@.run_result
 LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
     RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl(pg_catalog.to_regclass($1)::pg_catalog.oid, $1, $2, $3, $4, $5, $6, $7, $8);
-@errors@
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_run();
+@errors_driven@
 END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(text, text[], text, double precision, integer, text, text, jsonb) IS

@@ -13,8 +13,8 @@ with ``search_path = pg_catalog, pg_temp``; the source arrives as an OID.
 """
 from __future__ import annotations
 
+import functools
 import json
-from contextlib import ExitStack
 
 from sabre_pg.core import stopwatch
 from sabre_pg.core.metrics import discernibility
@@ -23,7 +23,7 @@ from sabre_pg.core.parameters import check_k
 from sabre_pg.core.sabre import anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
-from ..shared import citus
+from ..shared import citus, driven
 from ..shared import common as C
 from ..shared import errors as E
 from ..stages import publish, request, scan
@@ -46,7 +46,7 @@ def plan_steps(method, options) -> None:
 @E.entry_point
 def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
     plan_steps(method, options)
-    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), ExitStack() as run_settings:
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):
         clock = Stopwatch()                                                 # (work_mem: hash joins of millions of rows)
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
@@ -55,20 +55,14 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             # options.partitions its number of parts) or shard-local (citus_shards.py), with the
             # run's Citus settings from its first distributed query on
             column = citus_shards.pushdown_column(plpy, req)
-            if column:
-                run_settings.enter_context(citus_shards.connections(plpy))
-            partitioned = partition.partitions_option(req) is not None and not column    # docs/scale-out.md
+            if column:  # the rest is driven by the wrapper's PL/pgSQL (shared/driven.py)
+                return driven.later(plpy, functools.partial(_citus_run, req, clock, column), "anonymize")
+            partitioned = partition.partitions_option(req) is not None    # docs/scale-out.md
             if not partitioned:
                 hierarchies = scan.hierarchies(plpy, req)
-                encodings = {} if column else scan.encodings(plpy, hierarchies)
+                encodings = scan.encodings(plpy, hierarchies)
         if partitioned:
             return partition.run(plpy, req, clock, run_part)
-        if column:
-            with clock.phase("summary"):
-                summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
-                _feasible_k(req, summary.rows)
-            design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
-            return design.run(plpy, req, clock, column, hierarchies, summary)
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name),
                                       spans=partition.automatic_spans(plpy, req))
@@ -78,6 +72,24 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             stopwatch.plan(stopwatch.anonymize_plan(req.method, partitioned=True))
             return partition.run(plpy, req, clock, run_part, summary=summary)
         return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary, plan=plan)
+
+
+def _citus_run(req, clock, column, plpy):
+    """A run on a Citus distributed source, from its first distributed statement on: the
+    whole table's SA summary, then the design's run on the workers (citus_qi_local.py,
+    options.partitions its number of parts; or citus_shards.py), with the run's Citus
+    settings. ``plpy`` is :class:`driven.Statements`: every statement is executed by the
+    wrapper, so a worker lost between two of them fails the next one with 08006."""
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), citus_shards.connections(plpy):
+        with clock.phase("validate"):
+            hierarchies = scan.hierarchies(plpy, req)
+        with clock.phase("summary"):
+            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
+            _feasible_k(req, summary.rows)
+        design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
+        rows = design.run(plpy, req, clock, column, hierarchies, summary)
+        citus_shards.reach_workers(plpy, req)
+        return rows
 
 
 def run_part(plpy, req, into: publish.Into, summary=None) -> int:

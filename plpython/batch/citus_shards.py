@@ -207,7 +207,10 @@ def _call(plpy, req, column, shard: Shard, function: str, payload: dict, relatio
 
 def _privileged(plpy, shard: Shard, statement):
     """``statement()``; sabre runs on the workers as the caller, who needs USAGE on sabre's schema
-    on each node (it is each node's own, so its grants are not propagated): 42501 says so."""
+    on each node (it is each node's own, so its grants are not propagated): 42501 says so.  (The
+    names in the HINT are read first: after a failed statement a run reads nothing more.)"""
+    names = plpy.execute(plpy.prepare("SELECT pg_catalog.quote_ident($1) AS s, pg_catalog.quote_ident("
+                                      "CURRENT_USER::pg_catalog.text) AS u", ["text"]), [C.SCHEMA])[0]
     try:
         return statement()
     except plpy.SPIError as e:
@@ -217,9 +220,7 @@ def _privileged(plpy, shard: Shard, statement):
             "on the Citus worker %s that holds shard %s: %s" % (shard.node, shard.name, str(e).splitlines()[0]),
             "sabre runs each shard on its worker as you: the DBA grants there what the coordinator grants, e.g. "
             "SELECT run_command_on_workers($$GRANT USAGE ON SCHEMA %s TO %s$$) (sabre's schema is each "
-            "node's own, so its grants are not propagated)." % (
-                plpy.quote_ident(C.SCHEMA), plpy.execute("SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text) AS u"
-                                                         )[0]["u"])) from e
+            "node's own, so its grants are not propagated)." % (names["s"], names["u"])) from e
 
 
 def _call_all(plpy, req, column, parts: list, base: dict, each: dict, relation: str | None = None,
@@ -317,6 +318,13 @@ def publish_run(plpy, req, clock, run_, prev, built, facts: dict, replies: list,
     output_oid = publish.record(plpy, req, run_, facts, hierarchies)
     return [(run_.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"], facts["max_emd"],
              facts["ail"], facts["seconds"])]
+
+
+def reach_workers(plpy, req) -> None:
+    """A last statement over the published output, on the run's connection to each worker that
+    holds a shard of it: a worker lost after the run's last statement fails the run here (sabre's
+    08006, ``citus.node_failures``) rather than at COMMIT (Citus's own error)."""
+    plpy.execute("SELECT 1 FROM %s AS o LIMIT 1" % req.output.qualified())
 
 
 def _summed(req, summary, replies, piece: str = "shard") -> dict:

@@ -339,6 +339,8 @@ _PREPARED = {}
 def prepared(plpy, sql, types):
     """``plpy.prepare`` of a statement run again and again, kept for the session: only for
     statements whose text interpolates no values (the text is the key)."""
+    if getattr(plpy, "standin", False):     # a driven run's plpy (driven.py): its own plans
+        return plpy.prepare(sql, types)
     key = (sql, tuple(types))
     plan = _PREPARED.get(key)
     if plan is None:
@@ -365,6 +367,15 @@ class settings:
             r = self.plpy.execute(prepared(
                 self.plpy, "SELECT u.n, pg_catalog.current_setting(u.n) AS old, pg_catalog.set_config(u.n, u.v, true) "
                 "FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS u(n, v)",
+                ["text[]", "text[]"]), [list(self.values), [str(v) for v in self.values.values()]])
+            self.saved = {row["n"]: row["old"] for row in r}
+            return self
+        if getattr(self.plpy, "standin", False):     # a driven run (driven.py) cannot catch an error:
+            r = self.plpy.execute(prepared(           # set only what the caller may set
+                self.plpy, "SELECT s.name AS n, pg_catalog.current_setting(s.name) AS old, pg_catalog.set_config("
+                "s.name, u.v, true) FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) "
+                "AS u(n, v) JOIN pg_catalog.pg_settings AS s ON s.name OPERATOR(pg_catalog.=) u.n "
+                "WHERE s.context OPERATOR(pg_catalog.=) 'user' OR pg_catalog.has_parameter_privilege(s.name, 'SET')",
                 ["text[]", "text[]"]), [list(self.values), [str(v) for v in self.values.values()]])
             self.saved = {row["n"]: row["old"] for row in r}
             return self

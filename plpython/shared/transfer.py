@@ -53,6 +53,8 @@ def decode_array(buf, sqltype: str, n: int) -> np.ndarray:
         return np.empty(0, dtype=native)
     if buf is None:
         raise ValueError("expected %d %s values, got NULL" % (n, sqltype))
+    if isinstance(buf, str) and buf.startswith("\\x"):    # a driven run's rows (shared/driven.py): bytea as hex
+        buf = bytes.fromhex(buf[2:])
     if len(buf) != n * dt.itemsize:
         raise ValueError("expected %d %s values (%d bytes), got %d bytes: NULLs or a malformed read"
                          % (n, sqltype, n * dt.itemsize, len(buf)))
