@@ -105,6 +105,9 @@ DECLARE
     d_rows pg_catalog.int8;
     d_role pg_catalog.text := CURRENT_USER::pg_catalog.text;
     d_xact pg_catalog.text := pg_catalog.statement_timestamp()::pg_catalog.text;
+    d_note pg_catalog.jsonb;
+    d_msg pg_catalog.text;
+    d_hint pg_catalog.text;
 BEGIN
     LOOP
         SELECT s.kind, s.statement INTO d_kind, d_sql FROM @schema@.sabre_driven_step(d_reply, d_role, d_xact) AS s;
@@ -119,11 +122,19 @@ BEGIN
             EXECUTE d_sql;
             GET DIAGNOSTICS d_rows = ROW_COUNT;
             d_reply := d_rows::pg_catalog.text;
-        ELSIF d_kind OPERATOR(pg_catalog.=) 'notice' THEN
-            RAISE NOTICE '%', d_sql;
-            d_reply := NULL;
-        ELSE
-            RAISE WARNING '%', d_sql;
+        ELSE    -- a message: {"message", "hint"} (hint NULL when not given)
+            d_note := d_sql::pg_catalog.jsonb;
+            d_msg := d_note OPERATOR(pg_catalog.->>) 'message';
+            d_hint := d_note OPERATOR(pg_catalog.->>) 'hint';
+            IF d_kind OPERATOR(pg_catalog.=) 'notice' AND d_hint IS NULL THEN
+                RAISE NOTICE USING MESSAGE = d_msg;
+            ELSIF d_kind OPERATOR(pg_catalog.=) 'notice' THEN
+                RAISE NOTICE USING MESSAGE = d_msg, HINT = d_hint;
+            ELSIF d_hint IS NULL THEN
+                RAISE WARNING USING MESSAGE = d_msg;
+            ELSE
+                RAISE WARNING USING MESSAGE = d_msg, HINT = d_hint;
+            END IF;
             d_reply := NULL;
         END IF;
     END LOOP;

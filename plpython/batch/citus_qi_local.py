@@ -22,7 +22,8 @@ on the worker that holds it.
    on the worker; only aggregates return, summed on the coordinator (``citus_shards._summed``);
 4. **move** (worker to worker): the staged output and side table moved into the run's
    relations distributed by the source's distribution column, colocated with the source, by
-   one repartitioned ``INSERT ... SELECT`` each; ``<output>_classes`` stays distributed by
+   one repartitioned ``INSERT ... SELECT`` each (an output that does not publish that column,
+   ``options.keep``, is distributed by ``ec_id`` instead, with a NOTICE); ``<output>_classes`` stays distributed by
    ``shard_key`` (its part's value), colocated with the staging table;
 5. the staging and staged relations dropped; the classes' primary key, the swap and the run's
    catalog row as the shard-local run does.  Everything runs in the coordinator's distributed
@@ -44,6 +45,9 @@ from ..stages import publish
 from . import citus_shards as S
 from . import citus_split, partition
 
+NOT_COLOCATED = ("sabre: %s is distributed by ec_id, not colocated with the source: its distribution column "
+                 "\"%s\" is not published")
+NOT_COLOCATED_HINT = 'Pass options => \'{"keep": ["%s"]}\' to publish it and colocate the output with the source.'
 PART_VALUES = 64          # candidate values per staging shard when looking for one that hashes to it
 PART_TYPE = "pg_catalog.int4"
 
@@ -162,8 +166,15 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     with clock.phase("check"):
         facts = S._summed(req, summary, replies, "part")
     with clock.phase("build_output"):   # back to the source's distribution column
-        S.create_distributed(plpy, {s: built[s] for s in ("", "_keys")}, layout, {"": column, "_keys": "key"},
-                             req.source["qname"], drop=col)
+        if column in req.options.keep:
+            S.create_distributed(plpy, {s: built[s] for s in ("", "_keys")}, layout, {"": column, "_keys": "key"},
+                                 req.source["qname"], drop=col)
+        else:                           # the output has no distribution column: by its class
+            S.create_distributed(plpy, {"_keys": built["_keys"]}, layout, {"_keys": "key"}, req.source["qname"],
+                                 drop=col)
+            S.create_distributed(plpy, {"": built[""]}, layout, {"": "ec_id"}, "none", drop=col)
+            plpy.notice(NOT_COLOCATED % (req.output.qualified(), column), hint=NOT_COLOCATED_HINT % column.replace(
+                '"', '\\"'))
         _move(plpy, staged, built, layout, col, summary.rows)
         plpy.execute("DROP TABLE %s, %s" % (driver, staging))
     return S.publish_run(plpy, req, clock, run_, prev, built, facts, replies, {

@@ -29,7 +29,7 @@ of the shards before it.  The run uses :data:`CONNECTIONS` connection(s) per wor
 anonymizes its shards one after another, the workers in parallel.
 
 Applies when the source is hash-distributed, with one SA, method 'refine' or 'mondrian', the
-distribution column published (``options.keep``) and used as a unique key, and no
+distribution column used as a unique key and (for this design) published (``options.keep``), and no
 ``options.partitions`` (hierarchies travel to the workers in the request: the workers' catalogs
 need not hold them); otherwise the run goes through the coordinator (a NOTICE says why).
 """
@@ -76,8 +76,9 @@ def pushdown_column(plpy, req) -> str | None:
         why.append("several sensitive attributes")
     if req.method not in METHODS:
         why.append("method '%s' (push-down runs 'refine' or 'mondrian')" % req.method)
-    if column not in req.options.keep:
-        why.append('the distribution column "%s" is not published (options.keep)' % column)
+    if column not in req.options.keep and design(req) == "shard_local":
+        why.append('the distribution column "%s" is not published (options.keep), which the shard-local design '
+                   'needs' % column)
     elif req.key.name != column:
         why.append('the key "%s" is not the distribution column "%s"' % (req.key.name, column))
     if partition.partitions_option(req) is not None and design(req) == "shard_local":

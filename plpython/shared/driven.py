@@ -189,14 +189,17 @@ class Statements:
     def quote_ident(self, text):
         return self.execute(Plan("SELECT pg_catalog.quote_ident($1) AS q", ["text"]), [str(text)])[0]["q"]
 
-    def notice(self, message, **_):
-        self._run.ask("notice", str(message))
+    def _message(self, level, message, hint=None, **_):
+        self._run.ask(level, json.dumps({"message": str(message), "hint": hint}))
 
-    def warning(self, message, **_):
-        self._run.ask("warning", str(message))
+    def notice(self, message, **kw):
+        self._message("notice", message, **kw)
 
-    def info(self, message, **_):
-        self._run.ask("notice", str(message))
+    def warning(self, message, **kw):
+        self._message("warning", message, **kw)
+
+    def info(self, message, **kw):
+        self._message("notice", message, **kw)
 
     def log(self, message, **_):
         pass
