@@ -67,8 +67,7 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             with clock.phase("summary"):
                 summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
                 _feasible_k(req, summary.rows)
-            design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
-            return design.run(plpy, req, clock, column, hierarchies, summary)
+            return _pushed_down(plpy, req, clock, column, hierarchies, [summary])
         with clock.phase("summary"):
             summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name),
                                       spans=partition.automatic_spans(plpy, req))
@@ -78,6 +77,13 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             stopwatch.plan(stopwatch.anonymize_plan(req.method, partitioned=True))
             return partition.run(plpy, req, clock, run_part, summary=summary)
         return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary, plan=plan)
+
+
+def _pushed_down(plpy, req, clock, column, hierarchies, summaries):
+    """The run on a Citus distributed source, on its workers: QI-local or shard-local
+    (``citus_shards.design``); ``summaries``: the whole table's SA summary of each SA."""
+    design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
+    return design.run(plpy, req, clock, column, hierarchies, summaries)
 
 
 def run_part(plpy, req, into: publish.Into, summary=None) -> int:
@@ -123,18 +129,27 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
     if sensitive is None or t is None:
         raise E.null_not_allowed("sensitive and t must not be NULL", request.SENSITIVE_HINT)
     plan_steps(method, options)
-    with C.settings(plpy, work_mem="256MB"):
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), ExitStack() as run_settings:
         clock = Stopwatch()
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, list(sensitive), list(t), k, method,
                                 output, options)
-            if partition.partitions_option(req) is not None:
+            # a Citus distributed source: pushed down as the one-SA form is (docs/scale-out.md)
+            column = citus_shards.pushdown_column(plpy, req)
+            if column:
+                run_settings.enter_context(citus_shards.connections(plpy))
+            elif partition.partitions_option(req) is not None:
                 partition.run(plpy, req, clock, run_part)          # (refuses several SAs)
             hierarchies = scan.hierarchies(plpy, req)
-            encodings = scan.encodings(plpy, hierarchies)
+            encodings = {} if column else scan.encodings(plpy, hierarchies)
         with clock.phase("summary"):
             summaries = [scan.sa_summary(plpy, req, hierarchies.get(sa.name), sa) for sa in req.sensitive]
-            base = _base(req, summaries)
+            if column:
+                _feasible_k(req, summaries[0].rows)
+            else:
+                base = _base(req, summaries)
+        if column:
+            return _pushed_down(plpy, req, clock, column, hierarchies, summaries)
         for sa, summary in zip(req.sensitive, summaries):
             if sa.name not in encodings and summary.text_codes() is not None:
                 encodings[sa.name] = scan.encode(plpy, summary.text_codes())

@@ -137,34 +137,35 @@ def _move(plpy, staged: dict, built: dict, layout: dict, col: str, rows: int) ->
         plpy.execute("DROP TABLE %s" % staged[suffix])
 
 
-def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
-    """The QI-local run (module doc); ``summary``: the whole table's SA summary."""
+def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summaries: list):
+    """The QI-local run (module doc); ``summaries``: the whole table's SA summary of each SA."""
     stopwatch.plan(("validate", "summary", "read", "partition", "check", "build_output", "swap"))
-    n, max_rows = part_count(plpy, req, summary.rows)
+    rows = summaries[0].rows
+    n, max_rows = part_count(plpy, req, rows)
     with clock.phase("summary"):        # the split: aggregates only
         ranges = S._ranges(plpy, req)
         with C.settings(plpy, jit="off"):
-            parts = citus_split.split(plpy, req, summary, n, max_rows)
+            parts = citus_split.split(plpy, req, summaries, n, max_rows)
     run_ = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     built = partition._built(req, run_)
     with clock.phase("read"):           # the one repartition of the rows
         staging, col = _staging(plpy, req, run_, len(parts))
         shards = _part_shards(plpy, req, staging, parts)
-        _stage(plpy, req, staging, parts, shards, summary.rows)
+        _stage(plpy, req, staging, parts, shards, rows)
         driver = _driver(plpy, req, run_, staging, col, shards)
     staged = {"": req.output.temporary_qualified(run_.run_id, "so"), "_classes": built["_classes"],
               "_keys": req.output.temporary_qualified(run_.run_id, "sk")}
     with clock.phase("partition"):      # the parts, on their workers
         replies, layout = _parts(plpy, req, run_, column, col, staging, driver, shards, staged, {
-            **S.base_request(req, column, summary, ranges, hierarchies),
+            **S.base_request(req, column, summaries, ranges, hierarchies),
             "keyed": [["", col], ["_classes", S.SHARD_KEY], ["_keys", col]], "piece": "part"})
     with clock.phase("check"):
-        facts = S._summed(req, summary, replies, "part")
+        facts = S._summed(req, summaries, replies, "part")
     with clock.phase("build_output"):   # back to the source's distribution column
         S.create_distributed(plpy, {s: built[s] for s in ("", "_keys")}, layout, {"": column, "_keys": "key"},
                              req.source["qname"], drop=col)
-        _move(plpy, staged, built, layout, col, summary.rows)
+        _move(plpy, staged, built, layout, col, rows)
         plpy.execute("DROP TABLE %s, %s" % (driver, staging))
     return S.publish_run(plpy, req, clock, run_, prev, built, facts, replies, {
         "parts": len(parts), "automatic": partition.partitions_option(req) is None, "citus": "qi-local",
