@@ -448,7 +448,7 @@ def shard_run(plpy, payload, value=None):
     except ValueError as e:
         piece = p.get("piece", "shard")
         raise E.invalid_parameter("%s %s of %s: %s" % (piece, p["shard"], p["source"], e), HINTS[piece])
-    if layout or req.sas or req.method not in REFERENCE_METHODS:     # (with ``reference``: measured so already)
+    if layout or req.sas or req.method not in REFERENCE_METHODS:     # (one SA with ``reference``: measured so)
         _against_whole_table(result, data.codes_by_sa if req.sas else data.sa_codes[:, None], tables, domains,
                              several=bool(req.sas))
     # as the run on one node (batch/anonymize.py): work_mem for the output's joins and sorts (at
@@ -484,16 +484,20 @@ def budget(own_counts, table_counts, domain, t: float) -> float:
 
 
 def _engine(req, qis, data, owns, tables, domains):
-    """The piece's classes, every one within t of the **whole** table: one SA with 'refine' or
-    'mondrian' cut against the table's counts themselves (``reference``); 'ak', 'knn' and
-    several SAs (whose plans and merges measure the rows they are given) run on the piece's own
-    distribution with each SA's :func:`budget`."""
+    """The piece's classes, every one within t of the **whole** table: 'refine' and 'mondrian'
+    cut against the table's counts themselves (``reference``; several SAs: each SA's, the
+    most constraining SA by SABRE's plans as the primary, as on one node); 'ak' and 'knn' (whose
+    plans, takeOut and several-SA merges measure the rows they are given) run on the piece's
+    own distribution with each SA's :func:`budget`."""
     lookahead = req.options.lookahead
-    if not req.sas and req.method in REFERENCE_METHODS:
-        plan = plan_from_counts(owns[0].counts, domains[0], req.t, req.k, lookahead)
-        return anonymize(qis, data.sa_codes, domains[0], req.t, req.k, method=req.method, seed=req.options.seed,
-                         weights=req.options.weights, sa_plan=plan, search=req.options.search,
-                         threads=req.options.threads, reference=tables[0].counts)
+    if req.method in REFERENCE_METHODS:
+        first, plan = most_constraining_of([o.counts for o in owns], domains, req.thresholds, req.k, lookahead)
+        codes = data.codes_by_sa if req.sas else data.sa_codes[:, None]
+        others = [(codes[:, j], domains[j], req.thresholds[j], tables[j].counts)
+                  for j in range(len(owns)) if j != first]
+        return anonymize(qis, codes[:, first], domains[first], req.thresholds[first], req.k, method=req.method,
+                         seed=req.options.seed, weights=req.options.weights, sa_plan=plan, search=req.options.search,
+                         threads=req.options.threads, reference=tables[first].counts, other_sas=others)
     ts = [budget(o.counts, t.counts, d, u) for o, t, d, u in zip(owns, tables, domains, req.thresholds)]
     if not req.sas:
         plan = plan_from_counts(owns[0].counts, domains[0], ts[0], req.k, lookahead)
