@@ -28,10 +28,13 @@ depend on the classes), written WITH NO DATA in a subtransaction its worker roll
 of the shards before it.  The run uses :data:`CONNECTIONS` connection(s) per worker: a worker
 anonymizes its shards one after another, the workers in parallel.
 
-Applies when the source is hash-distributed, with one SA, method 'refine' or 'mondrian', the
-distribution column published (``options.keep``) and used as a unique key, and no
-``options.partitions`` (hierarchies travel to the workers in the request: the workers' catalogs
-need not hold them); otherwise the run goes through the coordinator (a NOTICE says why).
+Applies when the source is hash-distributed, with the distribution column published
+(``options.keep``) and used as a unique key, and no ``options.partitions`` (hierarchies travel to
+the workers in the request: the workers' catalogs need not hold them); otherwise the run goes
+through the coordinator (a NOTICE says why).  Every method and the several-SA form: 'refine' and
+'mondrian' cut against the table's counts of every SA; 'ak' and 'knn' run on the shard's own
+counts with the budget ``t - EMD(shard, table)`` (:func:`_engine`, docs/scale-out.md, "Methods and
+several SAs on the workers").
 """
 from __future__ import annotations
 
