@@ -30,6 +30,7 @@ from ..shared import transfer as T
 from . import partition
 
 BUCKETS = 64        # equal-width buckets per numerical QI in a part's histogram
+BUDGET_SHARE = 0.25  # 'ak', 'knn': a cut's sides within t * this of the table (their budget t - EMD >= 3/4 t)
 CANDIDATES = 8      # cuts whose sides' SA counts are read per pass, the most balanced first
 
 
@@ -119,7 +120,7 @@ def _cut(plpy, req, summaries, nums, leaf):
                 not np.array_equal(below.sum(axis=1), [rows for _, _, rows in cuts]):
             raise partition._changed()
         emds = partition._cut_emds(summary, counts, below)
-        ok &= emds.max(axis=1) <= t * partition.PART_SHARE
+        ok &= emds.max(axis=1) <= t * share(req)
         if i == 0:
             first = (below, emds)
     ok = np.flatnonzero(ok)
@@ -129,6 +130,13 @@ def _cut(plpy, req, summaries, nums, leaf):
     below, emds = first
     return [partition._Leaf(leaf.conds + [c], int(cs.sum()), cs, emd=float(e))
             for c, cs, e in zip((conds[j], "NOT (%s)" % conds[j]), (below[j], leaf.counts - below[j]), emds[j])]
+
+
+def share(req) -> float:
+    """The share of t a cut's sides may be from the table: ``partition.PART_SHARE`` for 'refine'
+    and 'mondrian' (a part is cut against the table's counts: its EMD costs it nothing), less
+    for 'ak' and 'knn', which run in a part with the budget ``t - EMD(part, table)``."""
+    return partition.PART_SHARE if req.method in ("refine", "mondrian") else BUDGET_SHARE
 
 
 def _cut_counts(plpy, req, summary, leaf, conds) -> tuple:

@@ -136,3 +136,21 @@ def test_a_piece_too_far_from_the_table_publishes_nothing(mt, citus_cluster):
     assert f"sabre-pg run {run_id}," in conn.execute(
         "SELECT pg_catalog.obj_description(%s::regclass, 'pg_class')", (output,)).fetchone()[0]
     assert leftovers(citus_cluster) == 0
+
+
+def test_a_single_qi_local_part_does_not_go_through_the_coordinator(mt, citus_cluster):
+    """One part (options.partitions 1, or no cut keeps its sides close enough to the table): the
+    staging table gets an empty second shard, so Citus still repartitions worker to worker (with
+    a staging table of one shard it pulled every row through the coordinator: 1.5x the table)."""
+    conn = mt
+    table = conn.execute("SELECT pg_catalog.citus_table_size('public.mt')").fetchone()[0]
+    output = "public.mt_one_part"
+    (run_id, rows, classes, min_size, max_emd, ail), parts, received = _pushed_down(
+        conn, RUN, ("public.mt", output, "ak", _opts("qi_local", partitions=1)), [])
+    print("one part: coordinator received:", received, "table:", table)
+    assert (parts["citus_design"], parts["parts"], parts["part_rows"]) == ("qi_local", 1, [ROWS])
+    assert 0 < received < table / 10
+    _every_row_once_colocated(conn, output)
+    assert conn.execute("SELECT * FROM sabre.sabre_verify(%s::regclass, 'salary', 0.3::float8, 5)",
+                        (output,)).fetchone() == (classes, 0, pytest.approx(max_emd), min_size)
+    assert leftovers(citus_cluster) == 0
