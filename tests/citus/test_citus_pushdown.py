@@ -70,8 +70,9 @@ def test_the_coordinator_reads_far_less_than_the_table(pd):
     assert parts["citus"] == "shard-local" and parts["reply_bytes"] < table / 10
     assert conn.execute("SELECT partitions FROM sabre.runs WHERE run_id = %s", (runs["through"],)).fetchone()[0] \
         is None
-    assert read["through"] > table / 2          # through the coordinator: every row is received
-    assert read["pushed"] < table / 2 and read["pushed"] < read["through"] / 10
+    assert read["through"] > table / 2          # through the coordinator: every row is received (once:
+    # without keep the output is not joined with the source again; measured 315 kB against 39 kB pushed down)
+    assert read["pushed"] < table / 2 and read["pushed"] < read["through"] / 5
 
 
 def test_a_worker_stopped_mid_run_fails_it_and_keeps_the_old_output(pd, citus_cluster):
