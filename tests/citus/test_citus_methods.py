@@ -12,7 +12,7 @@ import json
 import psycopg
 import pytest
 
-from tests.citus.helpers import coordinator_received, leftovers, placement
+from tests.citus.helpers import analyst_on_every_node, coordinator_received, leftovers, placement
 
 ROWS = 12000
 QIS = "ARRAY['age', 'sex', 'education']"
@@ -153,4 +153,26 @@ def test_a_single_qi_local_part_does_not_go_through_the_coordinator(mt, citus_cl
     _every_row_once_colocated(conn, output)
     assert conn.execute("SELECT * FROM sabre.sabre_verify(%s::regclass, 'salary', 0.3::float8, 5)",
                         (output,)).fetchone() == (classes, 0, pytest.approx(max_emd), min_size)
+    assert leftovers(citus_cluster) == 0
+
+
+def test_an_analyst_runs_ak_with_several_sas_on_the_workers(mt, citus_cluster, analyst_role):
+    """The security suite's analyst (USAGE on sabre on every node, SELECT on the source, her own
+    schema): the several-SA 'ak' run is hers on every node, its side table (and the index the
+    Hilbert methods build on it) hers alone."""
+    dba = mt
+    with analyst_on_every_node(dba, analyst_role, "sec_mt", "mtsec", "public.mt"):
+        with psycopg.connect(citus_cluster.dsn, user="sec_mt", autocommit=True) as analyst:
+            run_id, rows, classes = analyst.execute(RUN_MULTI, (
+                "public.mt", "mtsec.o", "ak", _opts(hierarchies={"marital": "mt_marital"}))).fetchone()[:3]
+            assert analyst.execute("SELECT partitions->>'citus_design', run_by FROM sabre.runs WHERE run_id = %s",
+                                   (run_id,)).fetchone() == ("qi_local", "sec_mt")
+            assert rows == ROWS and analyst.execute(VERIFY_MULTI, ("mtsec.o",)).fetchone() == (classes, 0)
+        assert placement(dba, "mtsec.o") == placement(dba, "public.mt")
+        assert dba.execute("SELECT pg_catalog.pg_get_userbyid(relowner) FROM pg_catalog.pg_class "
+                           "WHERE oid = 'mtsec.o_keys'::regclass").fetchone()[0] == "sec_mt"
+        assert dba.execute("SELECT count(*) FROM pg_catalog.pg_indexes WHERE schemaname = 'mtsec' "
+                           "AND tablename = 'o_keys'").fetchone()[0] == 1
+        assert not dba.execute("SELECT pg_catalog.has_table_privilege('public', 'mtsec.o_keys', 'SELECT')"
+                               ).fetchone()[0]
     assert leftovers(citus_cluster) == 0
