@@ -298,7 +298,7 @@ ERRORS = r"""EXCEPTION WHEN OTHERS OR query_canceled THEN
     END;
 """
 
-# ``@errors_driven@``: ``@errors@`` for a wrapper that may drive a run (``sabre_driven_run``,
+# ``@errors_driven@``: ``@errors@`` for a wrapper that may drive a run (``sabre_driven_loop``,
 # plpython/shared/driven.py): a failed statement of the run is first shown to the run, whose
 # handlers may report another error instead (a lost Citus node: 08006 with a HINT).
 ERRORS_DRIVEN = ERRORS.replace(_ERRORS_LOG, _ERRORS_LOG + """        SELECT COALESCE(d.state, e_state), COALESCE(d.message, e_message),

@@ -54,7 +54,7 @@ $type$;
 
 -- Runs whose statements PL/pgSQL executes (plpython/shared/driven.py; docs/scale-out.md, "A
 -- worker lost mid-run"): on a Citus distributed source the implementation hands its run to a
--- job and returns no rows; sabre_driven_run executes the job's statements (EXECUTE opens no
+-- job and returns no rows; sabre_driven_loop executes the job's statements (EXECUTE opens no
 -- subtransaction, so a worker lost between two statements fails the next one like any error)
 -- and returns the job's result. These functions skip the bootstrap preamble (it executes a statement):
 -- the job's module is already loaded in the backend when there is a job.
@@ -93,10 +93,22 @@ driven = sys.modules.get("sabre_plpy.shared.driven")
 return [] if driven is None else driven.result(plpy)
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_driven_result() IS
-    'Internal: the result rows of the run sabre_driven_run drove';
+    'Internal: the result rows of the one-SA run sabre_driven_loop drove';
 
-CREATE OR REPLACE FUNCTION @schema@.sabre_driven_run()
-RETURNS SETOF @schema@.run_result
+CREATE OR REPLACE FUNCTION @schema@.sabre_driven_result_multi()
+RETURNS TABLE (run_id bigint, output regclass, rows bigint, classes bigint,
+               min_class_size bigint, max_emd double precision[], ail double precision,
+               seconds double precision)
+LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+import sys
+driven = sys.modules.get("sabre_plpy.shared.driven")
+return [] if driven is None else driven.result(plpy)
+$fn$;
+COMMENT ON FUNCTION @schema@.sabre_driven_result_multi() IS
+    'Internal: the result rows of the several-SA run sabre_driven_loop drove';
+
+CREATE OR REPLACE FUNCTION @schema@.sabre_driven_loop()
+RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     d_kind pg_catalog.text;
@@ -138,11 +150,10 @@ BEGIN
             d_reply := NULL;
         END IF;
     END LOOP;
-    RETURN QUERY SELECT * FROM @schema@.sabre_driven_result();
 END
 $fn$;
-COMMENT ON FUNCTION @schema@.sabre_driven_run() IS
-    'Internal: execute the statements of this backend''s pending run and return its result';
+COMMENT ON FUNCTION @schema@.sabre_driven_loop() IS
+    'Internal: execute the statements of this backend''s pending run (its result: sabre_driven_result)';
 
 -- One implementation of sabre_anonymize; the two overloads below are thin wrappers.
 -- source is the relation's OID (NULL when source_name, the caller's text, names none).
@@ -181,7 +192,8 @@ RETURNS SETOF @schema@.run_result
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8);
-    RETURN QUERY SELECT * FROM @schema@.sabre_driven_run();
+    PERFORM @schema@.sabre_driven_loop();
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_result();
 @errors_driven@
 END
 $fn$;
@@ -205,7 +217,8 @@ RETURNS SETOF @schema@.run_result
 LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
     RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl(pg_catalog.to_regclass($1)::pg_catalog.oid, $1, $2, $3, $4, $5, $6, $7, $8);
-    RETURN QUERY SELECT * FROM @schema@.sabre_driven_run();
+    PERFORM @schema@.sabre_driven_loop();
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_result();
 @errors_driven@
 END
 $fn$;
@@ -272,7 +285,9 @@ RETURNS SETOF @schema@.run_result_multi
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     RETURN QUERY SELECT * FROM @schema@.sabre_anonymize_impl($1::pg_catalog.oid, NULL, $2, $3, $4, $5, $6, $7, $8);
-@errors@
+    PERFORM @schema@.sabre_driven_loop();
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_result_multi();
+@errors_driven@
 END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_anonymize(regclass, text[], text[], double precision[], integer, text, text, jsonb) IS

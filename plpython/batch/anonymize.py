@@ -76,18 +76,18 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
 
 def _citus_run(req, clock, column, plpy):
     """A run on a Citus distributed source, from its first distributed statement on: the
-    whole table's SA summary, then the design's run on the workers (citus_qi_local.py,
-    options.partitions its number of parts; or citus_shards.py), with the run's Citus
-    settings. ``plpy`` is :class:`driven.Statements`: every statement is executed by the
-    wrapper, so a worker lost between two of them fails the next one with 08006."""
+    whole table's SA summary of each SA, then the design's run on the workers
+    (citus_qi_local.py, options.partitions its number of parts; or citus_shards.py), with the
+    run's Citus settings. ``plpy`` is :class:`driven.Statements`: every statement is executed
+    by the wrapper, so a worker lost between two of them fails the next one with 08006."""
     with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), citus_shards.connections(plpy):
         with clock.phase("validate"):
             hierarchies = scan.hierarchies(plpy, req)
         with clock.phase("summary"):
-            summary = scan.sa_summary(plpy, req, hierarchies.get(req.sa.name))
-            _feasible_k(req, summary.rows)
+            summaries = [scan.sa_summary(plpy, req, hierarchies.get(sa.name), sa) for sa in req.sensitive]
+            _feasible_k(req, summaries[0].rows)
         design = citus_qi_local if citus_shards.design(req) == "qi_local" else citus_shards
-        rows = design.run(plpy, req, clock, column, hierarchies, summary)
+        rows = design.run(plpy, req, clock, column, hierarchies, summaries)
         citus_shards.reach_workers(plpy, req)
         return rows
 
@@ -135,11 +135,15 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
     if sensitive is None or t is None:
         raise E.null_not_allowed("sensitive and t must not be NULL", request.SENSITIVE_HINT)
     plan_steps(method, options)
-    with C.settings(plpy, work_mem="256MB"):
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):
         clock = Stopwatch()
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, list(sensitive), list(t), k, method,
                                 output, options)
+            # a Citus distributed source: pushed down as the one-SA form is (docs/scale-out.md)
+            column = citus_shards.pushdown_column(plpy, req)
+            if column:  # the rest is driven by the wrapper's PL/pgSQL (shared/driven.py)
+                return driven.later(plpy, functools.partial(_citus_run, req, clock, column), "anonymize")
             if partition.partitions_option(req) is not None:
                 partition.run(plpy, req, clock, run_part)          # (refuses several SAs)
             hierarchies = scan.hierarchies(plpy, req)

@@ -28,15 +28,18 @@ depend on the classes), written WITH NO DATA in a subtransaction its worker roll
 of the shards before it.  The run uses :data:`CONNECTIONS` connection(s) per worker: a worker
 anonymizes its shards one after another, the workers in parallel.
 
-Applies when the source is hash-distributed, with one SA, method 'refine' or 'mondrian', the
-distribution column used as a unique key and (for this design) published (``options.keep``), and no
-``options.partitions`` (hierarchies travel to the workers in the request: the workers' catalogs
-need not hold them); otherwise the run goes through the coordinator (a NOTICE says why).
+Applies when the source is hash-distributed, with the distribution column used as a unique key
+and (for this design) published (``options.keep``), and no ``options.partitions`` (hierarchies
+travel to the workers in the request: the workers' catalogs need not hold them); otherwise the
+run goes through the coordinator (a NOTICE says why).  Every method and the several-SA form:
+'refine' and 'mondrian' cut against the table's counts of every SA; 'ak' and 'knn' run on the
+shard's own counts with the budget ``t - EMD(shard, table)`` (:func:`_engine`, docs/scale-out.md,
+"Methods and several SAs on the workers").
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +47,7 @@ from sabre_pg.core import stopwatch
 from sabre_pg.core.hierarchy import Hierarchy
 from sabre_pg.core import metrics
 from sabre_pg.core.mondrian import against_table
+from sabre_pg.core.multi_sa import anonymize_multi, most_constraining_of
 from sabre_pg.core.sabre import anonymize, plan_from_counts
 from sabre_pg.core.stopwatch import Stopwatch
 
@@ -53,7 +57,7 @@ from ..shared import errors as E
 from ..stages import publish, request, scan
 from . import partition
 
-METHODS = ("refine", "mondrian")
+REFERENCE_METHODS = ("refine", "mondrian")   # cut t-close to the whole table itself (``reference``)
 TAGS = (("", "o"), ("_classes", "c"), ("_keys", "k"))    # the run's relations' temporary tags
 SHARD_KEY = "shard_key"           # <output>_classes' distribution column: a value of the shard's
 SHARD_HINT = ("Distribute the source into fewer shards (create_distributed_table(..., shard_count => n)), "
@@ -72,10 +76,6 @@ def pushdown_column(plpy, req) -> str | None:
     if column is None:
         return None
     why = []
-    if req.sas:
-        why.append("several sensitive attributes")
-    if req.method not in METHODS:
-        why.append("method '%s' (push-down runs 'refine' or 'mondrian')" % req.method)
     if column not in req.options.keep and design(req) == "shard_local":
         why.append('the distribution column "%s" is not published (options.keep), which the shard-local design '
                    'needs' % column)
@@ -88,8 +88,8 @@ def pushdown_column(plpy, req) -> str | None:
     if why:
         plpy.notice("sabre: %s is distributed, but this run reads it through the coordinator: %s"
                     % (req.source["qname"], "; ".join(why)),
-                    hint='Pass options => \'{"keep": ["%s"]}\' with method \'refine\' (the default) and one '
-                         'sensitive attribute to anonymize the table on its workers.' % column.replace('"', '\\"'))
+                    hint='Pass options => \'{"keep": ["%s"]}\' to anonymize the table on its workers.'
+                    % column.replace('"', '\\"'))
         return None
     return column
 
@@ -260,16 +260,19 @@ def create_distributed(plpy, tables: dict, layout: dict, by: dict, colocate_with
             publish.owner_only(plpy, table)
 
 
-def base_request(req, column: str, summary, ranges: dict, hierarchies: dict) -> dict:
-    """What every worker call of the run gets (the SA summary, the QI ranges, the hierarchies)."""
-    return {"source": req.source["qname"], "qis": [a.name for a in req.qis], "sensitive": req.sa.name,
-            "t": req.t, "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
-            "output": req.output.qualified(), "summary": _summary_json(summary), "ranges": ranges,
-            "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a != req.sa.name}}
+def base_request(req, column: str, summaries: list, ranges: dict, hierarchies: dict) -> dict:
+    """What every worker call of the run gets (the SA summaries, the QI ranges, the hierarchies);
+    several SAs (the array overload): ``sensitive`` and ``t`` are lists."""
+    sas = [a.name for a in req.sensitive]
+    return {"source": req.source["qname"], "qis": [a.name for a in req.qis],
+            "sensitive": sas if req.sas else req.sa.name, "t": list(req.thresholds) if req.sas else req.t,
+            "k": req.k, "method": req.method, "options": dict(req.options.given, key=column),
+            "output": req.output.qualified(), "summaries": [_summary_json(s) for s in summaries], "ranges": ranges,
+            "hierarchies": {a: _hierarchy_json(h) for a, h in hierarchies.items() if a not in sas}}
 
 
-def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
-    """The pushed-down run (module doc); ``summary``: the whole table's SA summary."""
+def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summaries: list):
+    """The pushed-down run (module doc); ``summaries``: the whole table's SA summary of each SA."""
     stopwatch.plan(("validate", "summary", "partition", "check", "swap"))
     with clock.phase("summary"):
         ranges = _ranges(plpy, req)
@@ -277,7 +280,7 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
     run_ = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     built = partition._built(req, run_)
-    base = base_request(req, column, summary, ranges, hierarchies)
+    base = base_request(req, column, summaries, ranges, hierarchies)
     offsets = np.cumsum([0] + [p.rows for p in parts])     # class ids: a shard has at most its rows' classes
     with clock.phase("partition"):      # the shards, on their workers
         # the layout of the run's relations: the first shard's, written WITH NO DATA in a
@@ -296,7 +299,7 @@ def run(plpy, req, clock: Stopwatch, column: str, hierarchies: dict, summary):
             p.value: {"shard": p.name, "offset": int(offsets[j]), "routing": p.routing,
                       "tables": {s: targets[s][p.shardid] for s in built}} for j, p in enumerate(parts)})
     with clock.phase("check"):
-        facts = _summed(req, summary, replies)
+        facts = _summed(req, summaries, replies)
     return publish_run(plpy, req, clock, run_, prev, built, facts, replies, {
         "parts": len(parts), "automatic": False, "citus": "shard-local", "citus_design": "shard_local"}, hierarchies)
 
@@ -307,18 +310,20 @@ def publish_run(plpy, req, clock, run_, prev, built, facts: dict, replies: list,
     with clock.phase("check"):
         plpy.execute("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY (%s, ec_id)" % (
             built["_classes"], C.ident(req.output.temporary(run_.run_id, "c_pkey")), C.ident(SHARD_KEY)))
+        publish.index_keys(plpy, req, run_, built["_keys"])     # 'ak', 'knn': the side table's index (Citus
+                                                                # builds it on every shard, on its worker)
     with clock.phase("swap"):
         publish.swap(plpy, req, run_, prev, built)
         publish.comment(plpy, req, run_)
     facts.update({"quasi_identifiers": [a.name for a in req.qis], "sensitive": req.sa.name, "t": req.t, "k": req.k,
                   "method": req.method, "options": req.options.given, "buckets": None, "u": None,
-                  "sensitive_attributes": [req.sa.name], "t_values": [req.t], "max_emds": [facts["max_emd"]],
+                  "sensitive_attributes": [a.name for a in req.sensitive], "t_values": list(req.thresholds),
                   "partitions": dict(fact, reply_bytes=sum(len(json.dumps(r)) for r in replies),
                                      workers=len({r["node"] for r in replies})),
                   "phases": clock.report(), "seconds": clock.total()})
     output_oid = publish.record(plpy, req, run_, facts, hierarchies)
-    return [(run_.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"], facts["max_emd"],
-             facts["ail"], facts["seconds"])]
+    return [(run_.run_id, output_oid, facts["rows"], facts["classes"], facts["min_class_size"],
+             facts["max_emds"] if req.sas else facts["max_emd"], facts["ail"], facts["seconds"])]
 
 
 def reach_workers(plpy, req) -> None:
@@ -328,30 +333,33 @@ def reach_workers(plpy, req) -> None:
     plpy.execute("SELECT 1 FROM %s AS o LIMIT 1" % req.output.qualified())
 
 
-def _summed(req, summary, replies, piece: str = "shard") -> dict:
+def _summed(req, summaries: list, replies, piece: str = "shard") -> dict:
     """The workers' checks summed: every source row once (each shard's own check) and the SA
-    counts of the rows written the whole table's; every class >= k and within t of the whole
-    table, by the exact EMD each worker computed against the whole table's counts.  ``piece``:
-    what each reply anonymized, "shard" or "part" (:data:`HINTS`)."""
-    counts = np.sum([r["sa_counts"] for r in replies], axis=0)
+    counts of the rows written the whole table's, on every SA; every class >= k and within t of
+    the whole table (each SA's t), by the exact EMD each worker computed against the whole
+    table's counts.  ``piece``: what each reply anonymized, "shard" or "part" (:data:`HINTS`)."""
     rows = sum(r["rows"] for r in replies)
-    if rows != summary.rows or not np.array_equal(counts, summary.counts):
-        raise E.source_changed("the %ss' outputs do not hold the source's rows (%d rows written, %d in the "
-                               "SA summary)" % (piece, rows, summary.rows),
-                               "Run again; inside REPEATABLE READ if the source is being written.")
+    for j, summary in enumerate(summaries):
+        counts = np.sum([r["sa_counts"][j] for r in replies], axis=0)
+        if rows != summary.rows or not np.array_equal(counts, summary.counts):
+            raise E.source_changed("the %ss' outputs do not hold the source's rows (%d rows written, %d in the "
+                                   "SA summary)" % (piece, rows, summary.rows),
+                                   "Run again; inside REPEATABLE READ if the source is being written.")
     bad = [r for r in replies if r["violations"]]
     if bad:
         worst = max(bad, key=lambda r: r["max_emd"])
         raise E.invalid_parameter(
-            "%d class(es) of %d %s(s) violate t = %g or k = %d against the whole table (max EMD %.6g, "
+            "%d class(es) of %d %s(s) violate t = %s or k = %d against the whole table (max EMD %.6g, "
             "smallest class %d, %s on %s): a %s's rows alone cannot be split within t of the table"
-            % (sum(r["violations"] for r in bad), len(bad), piece, req.t, req.k, worst["max_emd"],
-               min(r["min_class_size"] for r in bad), piece, worst["node"], piece), HINTS[piece])
+            % (sum(r["violations"] for r in bad), len(bad), piece, "/".join("%g" % t for t in req.thresholds),
+               req.k, worst["max_emd"], min(r["min_class_size"] for r in bad), piece, worst["node"], piece),
+            HINTS[piece])
     full = [r for r in replies if r["rows"]]
+    max_emds = [max(r["max_emds"][j] for r in full) for j in range(len(summaries))]
     return {"rows": rows, "classes": sum(r["classes"] for r in replies),
             "min_class_size": min(r["min_class_size"] for r in full),
             "max_class_size": max(r["max_class_size"] for r in full),
-            "max_emd": max(r["max_emd"] for r in full), "ail": sum(r["il_sum"] for r in full) / rows,
+            "max_emd": max_emds[0], "max_emds": max_emds, "ail": sum(r["il_sum"] for r in full) / rows,
             "discernibility": sum(r["discernibility"] for r in full)}
 
 
@@ -377,9 +385,10 @@ def _global_summary(g: dict, sa_name: str):
     return scan.SASummary(int(g["rows"]), np.asarray(g["counts"], dtype=np.int64), distinct, hierarchy, g["ranks"])
 
 
-def _in_table_codes(plpy, req, table):
-    """The shard's SA summary with the whole table's codes (its values, leaves or ranks)."""
-    own = scan.sa_summary(plpy, req, table.hierarchy)
+def _in_table_codes(plpy, req, table, sa=None):
+    """The shard's SA summary (of ``sa``, the request's first by default) with the whole
+    table's codes (its values, leaves or ranks)."""
+    own = scan.sa_summary(plpy, req, table.hierarchy, sa)
     if table.hierarchy is not None:
         return scan.SASummary(own.rows, own.counts, None, table.hierarchy)
     counts = np.zeros(len(table.counts), dtype=np.int64)
@@ -420,57 +429,124 @@ def shard_run(plpy, payload, value=None):
     shard = C.resolve_relation(plpy, p["shard"])
     req = request.build(plpy, shard["oid"], p["shard"], p["qis"], p["sensitive"], p["t"], p["k"], p["method"],
                         p["output"], json.dumps(p["options"]))
-    table = _global_summary(p["summary"], req.sa.name)
-    reply = {"rows": 0, "classes": 0, "violations": 0, "sa_counts": [0] * len(table.counts)}
+    tables = [_global_summary(g, sa.name) for g, sa in zip(p["summaries"], req.sensitive)]
+    reply = {"rows": 0, "classes": 0, "violations": 0, "sa_counts": [[0] * len(t.counts) for t in tables]}
     layout = bool(p.get("layout"))
     into = ShardInto(p["tables"], int(p["offset"]), layout, p["routing"],
                      tuple(tuple(x) for x in p.get("keyed", ShardInto.keyed)))
     if _empty(plpy, req):
         return json.dumps(reply)
     hierarchies = {a: _hierarchy(h, a) for a, h in p["hierarchies"].items()}
-    if table.hierarchy is not None:
-        hierarchies[req.sa.name] = table.hierarchy
+    for sa, table in zip(req.sensitive, tables):
+        if table.hierarchy is not None:
+            hierarchies[sa.name] = table.hierarchy
     encodings = scan.encodings(plpy, hierarchies)
-    hierarchies.pop(req.sa.name, None)
-    own = _in_table_codes(plpy, req, table)
-    if req.sa.name not in encodings and own.text_codes() is not None:
-        encodings[req.sa.name] = scan.encode(plpy, own.text_codes())
-    domain = table.domain()
+    for sa in req.sensitive:
+        hierarchies.pop(sa.name, None)
+    owns = [_in_table_codes(plpy, req, table, sa) for sa, table in zip(req.sensitive, tables)]
+    for sa, own in zip(req.sensitive, owns):
+        if sa.name not in encodings and own.text_codes() is not None:
+            encodings[sa.name] = scan.encode(plpy, own.text_codes())
+    domains = [t.domain() for t in tables]
     try:
-        if own.rows < req.k:
-            raise ValueError("the shard has %d rows, fewer than k = %d" % (own.rows, req.k))
-        data = scan.read(plpy, req, encodings, own)
+        if owns[0].rows < req.k:
+            raise ValueError("the shard has %d rows, fewer than k = %d" % (owns[0].rows, req.k))
+        data = scan.read(plpy, req, encodings, owns if req.sas else owns[0])
         qis = scan.quasi_identifiers(req, data.data, hierarchies)
         if layout:      # only the relations' columns: one class of every row (no cut can keep k = n)
-            result = anonymize(qis, data.sa_codes, domain, 1.0, own.rows, method="mondrian", with_emds=False)
+            result = anonymize(qis, data.sa_codes, domains[0], 1.0, owns[0].rows, method="mondrian", with_emds=False)
         else:
-            plan = plan_from_counts(own.counts, domain, req.t, req.k, req.options.lookahead)
-            result = anonymize(qis, data.sa_codes, domain, req.t, req.k, method=req.method, seed=req.options.seed,
-                               weights=req.options.weights, sa_plan=plan, search=req.options.search,
-                               threads=req.options.threads, reference=table.counts)
+            result = _engine(req, qis, data, owns, tables, domains)
     except ValueError as e:
         piece = p.get("piece", "shard")
         raise E.invalid_parameter("%s %s of %s: %s" % (piece, p["shard"], p["source"], e), HINTS[piece])
+    if layout or req.sas or req.method not in REFERENCE_METHODS:     # (one SA with ``reference``: measured so)
+        _against_whole_table(result, data.codes_by_sa if req.sas else data.sa_codes[:, None], tables, domains,
+                             several=bool(req.sas))
     # as the run on one node (batch/anonymize.py): work_mem for the output's joins and sorts (at
     # the default 4MB they spilled to disk: 2.2 s for a part of 250k rows); jit off: the relations
     # just written have no statistics, the planner's estimates run to billions of rows, and JIT
     # compiled the output's join for about a second
     with C.settings(plpy, work_mem="256MB", jit="off"):
         if layout:
-            return json.dumps({"layout": _dry_layout(plpy, req, data, own, result, hierarchies, into)})
+            return json.dumps({"layout": _dry_layout(plpy, req, data, owns, result, hierarchies, into)})
         keys = publish.write_keys(plpy, req, None, data.keys, result, into)
         classes = publish.write_classes(plpy, req, None, result, data.data, keys, hierarchies, into)
-        out = publish.write_output(plpy, req, None, classes, keys, own, data.sa_codes, result, into)
-        reply.update(_check(plpy, req, table, {"": out, "_keys": keys}))
+        publish.write_output(plpy, req, None, classes, keys, owns if req.sas else owns[0],
+                             data.codes_by_sa if req.sas else data.sa_codes, result, into)
+        reply.update(_check(plpy, req, tables, {"": into.tables[""], "_keys": keys}))
     reply["il_sum"] = _il_sum(qis, result, p["ranges"], req.options.weights)
     return json.dumps(reply)
+
+
+def budget(own_counts, table_counts, domain, t: float) -> float:
+    """SABRE's t inside a piece whose SA counts ``own_counts`` (in the whole table's codes) lie
+    at the exact EMD e from the table's: ``t - e`` rounded down.  A class within it of the
+    piece's distribution is within t of the table's (EMD is a metric: the triangle inequality,
+    the partitioned runs' argument, docs/scale-out.md).  ValueError when e >= t."""
+    present = np.flatnonzero(own_counts)
+    measured, real = against_table(np.zeros(len(present), dtype=np.int64), present,
+                                   np.asarray(own_counts, dtype=np.int64)[present], table_counts, domain)
+    e = float(measured.emd[real].max()) if real.any() else 0.0
+    b = float(np.nextafter(t - e, 0.0))
+    if b <= 0:
+        raise ValueError("its SA distribution is at EMD %.6g from the whole table's, not below t = %g: no class "
+                         "of its rows alone can be within t of the table" % (e, t))
+    return min(1.0, b)
+
+
+def _engine(req, qis, data, owns, tables, domains):
+    """The piece's classes, every one within t of the **whole** table: 'refine' and 'mondrian'
+    cut against the table's counts themselves (``reference``; several SAs: each SA's, the
+    most constraining SA by SABRE's plans as the primary, as on one node); 'ak' and 'knn' (whose
+    plans, takeOut and several-SA merges measure the rows they are given) run on the piece's
+    own distribution with each SA's :func:`budget`."""
+    lookahead = req.options.lookahead
+    if req.method in REFERENCE_METHODS:
+        first, plan = most_constraining_of([o.counts for o in owns], domains, req.thresholds, req.k, lookahead)
+        codes = data.codes_by_sa if req.sas else data.sa_codes[:, None]
+        others = [(codes[:, j], domains[j], req.thresholds[j], tables[j].counts)
+                  for j in range(len(owns)) if j != first]
+        return anonymize(qis, codes[:, first], domains[first], req.thresholds[first], req.k, method=req.method,
+                         seed=req.options.seed, weights=req.options.weights, sa_plan=plan, search=req.options.search,
+                         threads=req.options.threads, reference=tables[first].counts, other_sas=others)
+    ts = [budget(o.counts, t.counts, d, u) for o, t, d, u in zip(owns, tables, domains, req.thresholds)]
+    if not req.sas:
+        plan = plan_from_counts(owns[0].counts, domains[0], ts[0], req.k, lookahead)
+        return anonymize(qis, data.sa_codes, domains[0], ts[0], req.k, method=req.method, seed=req.options.seed,
+                         takeout=req.options.takeout, weights=req.options.weights, sa_plan=plan,
+                         search=req.options.search, threads=req.options.threads)
+    base = most_constraining_of([o.counts for o in owns], domains, ts, req.k, lookahead)
+    return anonymize_multi(qis, data.codes_by_sa, domains, ts, req.k, method=req.method, seed=req.options.seed,
+                           takeout=req.options.takeout, weights=req.options.weights, strategy="auto", base=base,
+                           search=req.options.search, threads=req.options.threads)
+
+
+def _against_whole_table(result, codes, tables, domains, several: bool) -> None:
+    """The classes' EMDs (``emds``; several SAs: ``emds_by_sa``) measured against the whole
+    table's counts, as the classes relation publishes them (the engine's were against the
+    piece's own distribution when it ran with a budget)."""
+    n = np.bincount(result.ec, minlength=result.n_classes)
+    by_sa = []
+    for j, (table, domain) in enumerate(zip(tables, domains)):
+        m = len(table.counts)
+        key, count = np.unique(result.ec * m + codes[:, j], return_counts=True)
+        measured, real = against_table(key // m, key % m, count, table.counts, domain)
+        emd = np.zeros(result.n_classes)
+        emd[measured.class_ids[real]] = measured.emd[real]
+        by_sa.append(emd)
+    if not np.array_equal(n, result.sizes):
+        raise partition._changed()
+    result.emds = by_sa[0]
+    if several:
+        result.emds_by_sa = np.column_stack(by_sa)
 
 
 class _RollBack(Exception):
     """Leaves the subtransaction of :func:`_dry_layout`, rolling it back."""
 
 
-def _dry_layout(plpy, req, data, own, result, hierarchies, into) -> dict:
+def _dry_layout(plpy, req, data, owns, result, hierarchies, into) -> dict:
     """The columns of the relations the shard would write: created WITH NO DATA in a
     subtransaction that is then rolled back."""
     found = {}
@@ -478,7 +554,8 @@ def _dry_layout(plpy, req, data, own, result, hierarchies, into) -> dict:
         with plpy.subtransaction():
             keys = publish.write_keys(plpy, req, None, data.keys, result, into)
             classes = publish.write_classes(plpy, req, None, result, data.data, keys, hierarchies, into)
-            publish.write_output(plpy, req, None, classes, keys, own, data.sa_codes, result, into)
+            publish.write_output(plpy, req, None, classes, keys, owns if req.sas else owns[0],
+                                 data.codes_by_sa if req.sas else data.sa_codes, result, into)
             found.update(_layout(plpy, into.tables))
             raise _RollBack
     except _RollBack:
@@ -486,23 +563,31 @@ def _dry_layout(plpy, req, data, own, result, hierarchies, into) -> dict:
     return found
 
 
-def _check(plpy, req, table, built) -> dict:
+def _check(plpy, req, tables, built) -> dict:
     """The shard's part of the pre-swap check: its rows once each (keys, output and shard
-    rows), and its classes' exact EMDs against the whole table's SA counts."""
+    rows), and its classes' exact EMDs against the whole table's SA counts, on every SA."""
     partition.check_every_row_once(plpy, req, built)
-    ec, codes, n = partition._part_groups(plpy, req, table, built[""])
-    written = np.bincount(codes, weights=n, minlength=len(table.counts)).astype(np.int64)
-    if (written > table.counts).any():
-        raise partition._changed()
-    measured, real = against_table(ec, codes, n, table.counts, table.domain())
-    sizes = np.asarray(measured.sizes[real], dtype=np.int64)
-    partition._check_classes_match_keys(partition._keys_per_class(plpy, built["_keys"]), measured.class_ids[real],
-                                        sizes)
-    return {"rows": int(sizes.sum()), "classes": len(sizes),
-            "violations": int(np.count_nonzero(measured.violating(req.t, req.k)[real])),
-            "min_class_size": int(sizes.min()), "max_class_size": int(sizes.max()),
-            "max_emd": float(measured.emd[real].max()), "discernibility": metrics.discernibility(sizes),
-            "sa_counts": written.tolist()}
+    found = {"violations": 0, "max_emds": [], "sa_counts": []}
+    for j, (sa, t, table) in enumerate(zip(req.sensitive, req.thresholds, tables)):
+        ec, codes, n = partition._part_groups(plpy, replace(req, sa=sa), table, built[""])
+        written = np.bincount(codes, weights=n, minlength=len(table.counts)).astype(np.int64)
+        if (written > table.counts).any():
+            raise partition._changed()
+        measured, real = against_table(ec, codes, n, table.counts, table.domain())
+        sizes = np.asarray(measured.sizes[real], dtype=np.int64)
+        if j == 0:
+            partition._check_classes_match_keys(partition._keys_per_class(plpy, built["_keys"]),
+                                                measured.class_ids[real], sizes)
+            first = (measured.class_ids[real], sizes)
+            found.update({"rows": int(sizes.sum()), "classes": len(sizes), "min_class_size": int(sizes.min()),
+                          "max_class_size": int(sizes.max()), "discernibility": metrics.discernibility(sizes)})
+        elif not (np.array_equal(first[0], measured.class_ids[real]) and np.array_equal(first[1], sizes)):
+            raise partition._keys_mismatch()
+        found["violations"] += int(np.count_nonzero(measured.violating(t, req.k)[real]))
+        found["max_emds"].append(float(measured.emd[real].max()))
+        found["sa_counts"].append(written.tolist())
+    found["max_emd"] = found["max_emds"][0]
+    return found
 
 
 def _il_sum(qis, result, ranges, weights) -> float:

@@ -21,6 +21,8 @@ cut stays whole.  Parts are :class:`partition.Part`: conjunctions of ``qi < v`` 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..shared import common as C
@@ -28,12 +30,16 @@ from ..shared import transfer as T
 from . import partition
 
 BUCKETS = 64        # equal-width buckets per numerical QI in a part's histogram
+BUDGET_SHARE = 0.25  # 'ak', 'knn': a cut's sides within t * this of the table (their budget t - EMD >= 3/4 t)
 CANDIDATES = 8      # cuts whose sides' SA counts are read per pass, the most balanced first
 
 
-def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
+def split(plpy, req, summaries: list, n: int, max_rows: int | None = None) -> list:
     """At most ``n`` parts (more while a part that can be cut has more than ``max_rows`` rows,
-    up to ``partition.MAX_PARTS``); the largest open part is cut next."""
+    up to ``partition.MAX_PARTS``); the largest open part is cut next.  ``summaries``: the
+    whole table's SA summary of each SA (several SAs: a cut keeps both sides within
+    ``t_i * PART_SHARE`` of the table on every SA i)."""
+    summary = summaries[0]
     nums = [a for a in req.qis if a.numerical]
     leaves = [partition._Leaf([], summary.rows, np.asarray(summary.counts, dtype=np.int64))]
     while len(leaves) < partition.MAX_PARTS:
@@ -43,7 +49,7 @@ def split(plpy, req, summary, n: int, max_rows: int | None = None) -> list:
         leaf = max(open_, key=lambda x: x.rows)
         if len(leaves) >= n and not (max_rows and leaf.rows > max_rows):
             break
-        sides = _cut(plpy, req, summary, nums, leaf)
+        sides = _cut(plpy, req, summaries, nums, leaf)
         if sides is None:
             leaf.final = True
             continue
@@ -99,31 +105,50 @@ def _candidates(plpy, req, nums, leaf) -> list:
     return [(i, value, rows) for _, i, value, rows in found[:CANDIDATES]]
 
 
-def _cut(plpy, req, summary, nums, leaf):
+def _cut(plpy, req, summaries, nums, leaf):
     """The leaf's two sides by the most balanced candidate cut within t * PART_SHARE of the
-    table on both sides, or None."""
+    table on both sides (on every SA, each with its t), or None."""
     cuts = _candidates(plpy, req, nums, leaf)
     if not cuts:
         return None
     conds = ["%s OPERATOR(pg_catalog.<) %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col, clamp=True), partition._float_literal(v))
              for i, v, _ in cuts]
+    ok = np.ones(len(cuts), dtype=bool)
+    for i, (sa, t, summary) in enumerate(zip(req.sensitive, req.thresholds, summaries)):
+        counts, below = _cut_counts(plpy, replace(req, sa=sa), summary, leaf, conds)
+        if (i == 0 and not np.array_equal(counts, leaf.counts)) or int(counts.sum()) != leaf.rows or \
+                not np.array_equal(below.sum(axis=1), [rows for _, _, rows in cuts]):
+            raise partition._changed()
+        emds = partition._cut_emds(summary, counts, below)
+        ok &= emds.max(axis=1) <= t * share(req)
+        if i == 0:
+            first = (below, emds)
+    ok = np.flatnonzero(ok)
+    if not len(ok):
+        return None
+    j = int(ok[0])
+    below, emds = first
+    return [partition._Leaf(leaf.conds + [c], int(cs.sum()), cs, emd=float(e))
+            for c, cs, e in zip((conds[j], "NOT (%s)" % conds[j]), (below[j], leaf.counts - below[j]), emds[j])]
+
+
+def share(req) -> float:
+    """The share of t a cut's sides may be from the table: ``partition.PART_SHARE`` for 'refine'
+    and 'mondrian' (a part is cut against the table's counts: its EMD costs it nothing), less
+    for 'ak' and 'knn', which run in a part with the budget ``t - EMD(part, table)``."""
+    return partition.PART_SHARE if req.method in ("refine", "mondrian") else BUDGET_SHARE
+
+
+def _cut_counts(plpy, req, summary, leaf, conds) -> tuple:
+    """(the leaf's SA counts, the SA counts below each cut of ``conds``) of the request's SA
+    (``req.sa``): one ``GROUP BY sa`` with a ``count(*) FILTER`` per cut, pushed down."""
     grouped = "SELECT %s AS sa, pg_catalog.count(*) AS n, %s FROM %s AS s%s GROUP BY 1" % (
         partition._sa_expr(plpy, req, summary), ", ".join(
             "pg_catalog.count(*) FILTER (WHERE %s) AS c%d" % (c, j) for j, c in enumerate(conds)),
         req.source["read"], leaf.where(req))
-    got = partition._coded(plpy, summary, grouped, {"n": "int8", **{"c%d" % j: "int8" for j in range(len(cuts))}})
+    got = partition._coded(plpy, summary, grouped, {"n": "int8", **{"c%d" % j: "int8" for j in range(len(conds))}})
     m = len(summary.counts)
     counts = np.bincount(got["code"], weights=got["n"], minlength=m).astype(np.int64)
-    if not np.array_equal(counts, leaf.counts):
-        raise partition._changed()
     below = np.stack([np.bincount(got["code"], weights=got["c%d" % j], minlength=m).astype(np.int64)
-                      for j in range(len(cuts))])
-    if not np.array_equal(below.sum(axis=1), [rows for _, _, rows in cuts]):
-        raise partition._changed()
-    emds = partition._cut_emds(summary, leaf.counts, below)
-    ok = np.flatnonzero(emds.max(axis=1) <= req.t * partition.PART_SHARE)
-    if not len(ok):
-        return None
-    j = int(ok[0])
-    return [partition._Leaf(leaf.conds + [c], int(cs.sum()), cs, emd=float(e))
-            for c, cs, e in zip((conds[j], "NOT (%s)" % conds[j]), (below[j], leaf.counts - below[j]), emds[j])]
+                      for j in range(len(conds))])
+    return counts, below

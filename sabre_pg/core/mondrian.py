@@ -203,11 +203,14 @@ class Partitioner:
             one[present, j] = lo == hi
         return (out, one) if single else out
 
-    def add_sa(self, sa_codes: np.ndarray, domain: SADomain, t: float) -> None:
+    def add_sa(self, sa_codes: np.ndarray, domain: SADomain, t: float, reference=None) -> None:
         """Another SA every part must also be t-close on, with its own t (several SAs,
-        docs/multiple-sa.md: a cut is kept only if both parts hold on every SA)."""
+        docs/multiple-sa.md: a cut is kept only if both parts hold on every SA); ``reference``:
+        that SA's counts in a larger table holding these rows, as for the first SA."""
         codes = np.asarray(sa_codes, dtype=np.int64)
-        self.other_sas.append((codes, domain, t, np.bincount(codes, minlength=domain.m)))
+        table = np.bincount(codes, minlength=domain.m) if reference is None else \
+            _reference_counts(reference, codes, domain)
+        self.other_sas.append((codes, domain, t, table))
 
     def t_close(self, labels: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact check of the groups ``labels`` (>= 0) of ``rows``: (ids, ok) with ok[i] when
@@ -332,13 +335,15 @@ def mondrian(qis, sa_codes, domain: SADomain, t: float, k: int,
     return split_all(p, part)
 
 
-def joint_mondrian(qis, sa_codes: np.ndarray, domains, ts, k: int) -> np.ndarray:
+def joint_mondrian(qis, sa_codes: np.ndarray, domains, ts, k: int, references=None) -> np.ndarray:
     """t-Mondrian with several SAs (``sa_codes``: n x s, one column per SA, each with its domain
-    and t): a cut is kept only if both parts are t_i-close on every SA i.  Class ids 0..C-1."""
+    and t): a cut is kept only if both parts are t_i-close on every SA i.  Class ids 0..C-1.
+    ``references``: per SA, its counts in a larger table holding these rows (or None)."""
     codes = np.asarray(sa_codes, dtype=np.int64)
-    p = Partitioner(qis, codes[:, 0], domains[0], ts[0], k)
+    refs = references or [None] * codes.shape[1]
+    p = Partitioner(qis, codes[:, 0], domains[0], ts[0], k, refs[0])
     for i in range(1, codes.shape[1]):
-        p.add_sa(codes[:, i], domains[i], ts[i])
+        p.add_sa(codes[:, i], domains[i], ts[i], refs[i])
     return split_all(p, np.zeros(len(codes), dtype=np.int64))
 
 

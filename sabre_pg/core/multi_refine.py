@@ -125,15 +125,20 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     beforehand (Adult, t = (0.1, 0.1): AIL 0.561 with occupation first, 0.791 with education,
     the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
     instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows
-    (:func:`refine_or_mondrian`).  ``reference``: one SA only, its counts in a larger table
-    holding these rows, which every class is measured against (:class:`.mondrian.Partitioner`)."""
+    (:func:`refine_or_mondrian`).  ``reference``: the SA's counts in a larger table holding
+    these rows, which every class is measured against (:class:`.mondrian.Partitioner`); with
+    several SAs a list, one per SA (a Citus shard's whole table)."""
     codes = np.asarray(codes, dtype=np.int64)
     if codes.ndim == 1:
         codes = codes[:, None]
     d = codes.shape[1]
-    if reference is not None:
-        if d != 1:
-            raise ValueError("a reference distribution takes one sensitive attribute")
+    refs = None
+    if reference is not None and d > 1:
+        refs = list(reference)
+        if len(refs) != d:
+            raise ValueError("a reference distribution per sensitive attribute is needed (%d, got %d)"
+                             % (d, len(refs)))
+    elif reference is not None:
         if method == "mondrian":
             return mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference)
         ec = refine(qis, codes[:, 0], domains[0], ts[0], k, keys=keys, search=search, threads=threads,
@@ -143,17 +148,19 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
         other = mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference)
         return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
     if method == "mondrian":
-        return _mondrian(qis, *_first(codes, domains, ts, primary), k)
+        return _mondrian(qis, *_first(codes, domains, ts, primary), k, _ordered(refs, codes, primary))
     primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]
     best, best_ail = None, np.inf
     for first in primaries:
         c, ds, us = _first(codes, domains, ts, first)
+        rs = _ordered(refs, codes, first) or [None] * d
         ec = refine(qis, c[:, 0], ds[0], us[0], k, keys=keys, search=search, threads=threads,
-                    key_order=key_order, other_sas=[(c[:, i], ds[i], us[i]) for i in range(1, d)])
+                    key_order=key_order, other_sas=[(c[:, i], ds[i], us[i], rs[i]) for i in range(1, d)],
+                    reference=rs[0])
         ail = ail_of(qis, ec, weights) if len(primaries) > 1 else 0.0
         if ail < best_ail * (1 - 1e-12):
             best, best_ail = ec, ail
-    return refine_or_mondrian(qis, codes, domains, ts, k, best, weights)
+    return refine_or_mondrian(qis, codes, domains, ts, k, best, weights, refs)
 
 
 def _first(codes, domains, ts, primary):
@@ -162,12 +169,19 @@ def _first(codes, domains, ts, primary):
     return codes[:, order], [domains[i] for i in order], [float(ts[i]) for i in order]
 
 
-def refine_or_mondrian(qis, codes, domains, ts, k: int, ec: np.ndarray, weights=None) -> np.ndarray:
+def _ordered(refs, codes, primary):
+    """The references ``refs`` (one per SA, or None) in :func:`_first`'s order."""
+    if refs is None:
+        return None
+    return [refs[i] for i in [primary] + [i for i in range(codes.shape[1]) if i != primary]]
+
+
+def refine_or_mondrian(qis, codes, domains, ts, k: int, ec: np.ndarray, weights=None, references=None) -> np.ndarray:
     """``ec`` (the refinement's classes), or t-Mondrian's where those have the lower AIL, on a
     table of at most :data:`GUARD_ROWS` rows (ties keep ``ec``)."""
     if len(ec) > GUARD_ROWS:
         return ec
-    other = _mondrian(qis, codes, domains, ts, k)
+    other = _mondrian(qis, codes, domains, ts, k, references)
     return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
 
 
@@ -178,7 +192,7 @@ def ail_of(qis, ec: np.ndarray, weights=None) -> float:
     return metrics.ail(generalize_classes(qis, index, weights)[1], index.sizes)
 
 
-def _mondrian(qis, codes, domains, ts, k) -> np.ndarray:
+def _mondrian(qis, codes, domains, ts, k, references=None) -> np.ndarray:
     if codes.shape[1] == 1:
         return mondrian(qis, codes[:, 0], domains[0], ts[0], k)
-    return joint_mondrian(qis, codes, domains, ts, k)
+    return joint_mondrian(qis, codes, domains, ts, k, references)

@@ -68,7 +68,7 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
     that many threads (:func:`search_threads`); the classes are the same as with one.
     ``key_order``: ``np.argsort(keys, kind="stable")`` when the caller has it.
     ``other_sas``: (codes, domain, t) of further SAs every class must also be t-close on
-    (several SAs: :mod:`.multi_refine`).  ``reference``: SA counts of a larger table holding
+    (several SAs: :mod:`.multi_refine`), or (codes, domain, t, reference counts).  ``reference``: SA counts of a larger table holding
     these rows; every class is then t-close to its distribution (a Citus shard anonymized
     against its whole table, :class:`.mondrian.Partitioner`)."""
     if keys is None:
@@ -78,8 +78,8 @@ def refine(qis, sa_codes, domain: SADomain, t: float, k: int, classes: np.ndarra
     at = np.argsort(keys, kind="stable") if key_order is None else key_order
     p = Partitioner([dataclasses.replace(qi, values=np.asarray(qi.values)[at]) for qi in qis],
                     np.asarray(sa_codes)[at], domain, t, k, reference)
-    for codes, other, t_other in other_sas:      # several SAs (multi_refine.py)
-        p.add_sa(np.asarray(codes)[at], other, t_other)
+    for codes, other, t_other, *ref in other_sas:      # several SAs (multi_refine.py); ref: its reference
+        p.add_sa(np.asarray(codes)[at], other, t_other, *ref)
     p.order_ties(np.asarray(keys)[at])
     part = np.zeros(len(at), dtype=np.int64) if classes is None else np.asarray(classes, np.int64)[at]
     # a table small enough for merge passes also gets the stratified cut in every first search

@@ -397,11 +397,12 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     have the lower AIL on a small table (:func:`.multi_refine.refine_or_mondrian`).
 
     ``other_sas``: (codes, domain, t) of further SAs every class of 'refine' and 'mondrian'
-    must also be t-close on (several SAs, :mod:`.multi_refine`; ``emds`` stay this SA's).
+    must also be t-close on (several SAs, :mod:`.multi_refine`; ``emds`` stay this SA's);
+    with ``reference``, (codes, domain, t, reference counts) each.
 
-    ``reference``: 'refine' and 'mondrian' with one SA: SA counts of a larger table holding
-    these rows (a Citus shard's whole table); every class is cut t-close to, and ``emds``
-    measure against, its distribution.
+    ``reference``: 'refine' and 'mondrian': SA counts of a larger table holding these rows (a
+    Citus shard's whole table); every class is cut t-close to, and ``emds`` measure against,
+    its distribution (on every SA, with ``other_sas``' references).
 
     ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
     the tuples were read (the database computes them with a GROUP BY); the codes must have
@@ -434,10 +435,13 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     if method in PARTITIONING:      # one SA or several (other_sas): multi_refine.py
         with stopwatch.phase("refine" if method == "refine" else "partition"):
             key_order = np.argsort(keys, kind="stable") if method == "refine" else None
-            ec = partition(qis, np.column_stack([sa_codes] + [c for c, _, _ in other_sas]),
-                           [domain] + [d for _, d, _ in other_sas], [t] + [u for _, _, u in other_sas], k,
+            if reference is not None and other_sas:     # one reference per SA
+                reference = [reference] + [o[3] if len(o) > 3 else None for o in other_sas]
+            ec = partition(qis, np.column_stack([sa_codes] + [o[0] for o in other_sas]),
+                           [domain] + [o[1] for o in other_sas], [t] + [o[2] for o in other_sas], k,
                            method, keys=keys, key_order=key_order, search=search, threads=threads,
                            weights=weights, reference=reference)
+            reference = reference[0] if isinstance(reference, list) else reference
             if key_order is not None:
                 bucket_key_order = by_bucket(key_order, bucket)
     else:

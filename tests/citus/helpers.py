@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -89,3 +90,19 @@ def distributed_table(dsn: str, table: str, rows: int, shards: int):
                      (shards,))
         yield conn
         conn.execute(f"DROP TABLE IF EXISTS public.{table} CASCADE")
+
+
+@contextmanager
+def analyst_on_every_node(dba, analyst_role, name: str, schema: str, source: str):
+    """The security suite's analyst ``name`` (conftest's ``analyst_role``) with USAGE on sabre on
+    every node (sabre's schema is each node's own), SELECT on ``source`` and her own ``schema``;
+    both dropped or revoked after."""
+    with analyst_role(dba, name):
+        dba.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {name}")
+        dba.execute(f"SELECT pg_catalog.run_command_on_workers($$GRANT USAGE ON SCHEMA sabre TO {name}$$)")
+        dba.execute(f"GRANT SELECT ON {source} TO {name}")
+        try:
+            yield name
+        finally:
+            dba.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            dba.execute(f"SELECT pg_catalog.run_command_on_workers($$REVOKE USAGE ON SCHEMA sabre FROM {name}$$)")

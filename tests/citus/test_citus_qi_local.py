@@ -8,8 +8,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.citus.helpers import (assert_old_output_intact, coordinator_received, fails_with_a_worker_stopped,
-                                 distributed_table, leftovers, placement)
+from tests.citus.helpers import (analyst_on_every_node, assert_old_output_intact, coordinator_received,
+                                 fails_with_a_worker_stopped, distributed_table, leftovers, placement)
 
 ROWS = 2400
 SHARDS = 4
@@ -127,20 +127,13 @@ def test_an_analyst_runs_qi_local(ql, citus_cluster, analyst_role):
     """The security suite's analyst: USAGE on sabre on every node, SELECT on the source, her own
     schema; her staging table and outputs are hers, and nobody else may read the side table."""
     dba = ql
-    with analyst_role(dba, "sec_qil"):
-        dba.execute("CREATE SCHEMA qil AUTHORIZATION sec_qil")
-        dba.execute("SELECT pg_catalog.run_command_on_workers($$GRANT USAGE ON SCHEMA sabre TO sec_qil$$)")
-        dba.execute("GRANT SELECT ON public.ql TO sec_qil")
-        try:
-            with psycopg.connect(citus_cluster.dsn, user="sec_qil", autocommit=True) as analyst:
-                run_id, _, classes = analyst.execute(RUN, (5, "qil.o", _opts())).fetchone()[:3]
-                assert analyst.execute("SELECT partitions->>'citus_design', run_by FROM sabre.runs WHERE run_id = %s",
-                                       (run_id,)).fetchone() == ("qi_local", "sec_qil")
-                assert analyst.execute("SELECT classes, violations FROM sabre.sabre_verify('qil.o'::regclass, "
-                                       "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
-            assert placement(dba, "qil.o") == placement(dba, "public.ql")
-            assert dba.execute("SELECT pg_catalog.pg_get_userbyid(relowner), relacl FROM pg_catalog.pg_class "
-                               "WHERE oid = 'qil.o_keys'::regclass").fetchone()[0] == "sec_qil"
-        finally:
-            dba.execute("DROP SCHEMA IF EXISTS qil CASCADE")
-            dba.execute("SELECT pg_catalog.run_command_on_workers($$REVOKE USAGE ON SCHEMA sabre FROM sec_qil$$)")
+    with analyst_on_every_node(dba, analyst_role, "sec_qil", "qil", "public.ql"):
+        with psycopg.connect(citus_cluster.dsn, user="sec_qil", autocommit=True) as analyst:
+            run_id, _, classes = analyst.execute(RUN, (5, "qil.o", _opts())).fetchone()[:3]
+            assert analyst.execute("SELECT partitions->>'citus_design', run_by FROM sabre.runs WHERE run_id = %s",
+                                   (run_id,)).fetchone() == ("qi_local", "sec_qil")
+            assert analyst.execute("SELECT classes, violations FROM sabre.sabre_verify('qil.o'::regclass, "
+                                   "'salary', 0.3::float8, 5)").fetchone() == (classes, 0)
+        assert placement(dba, "qil.o") == placement(dba, "public.ql")
+        assert dba.execute("SELECT pg_catalog.pg_get_userbyid(relowner), relacl FROM pg_catalog.pg_class "
+                           "WHERE oid = 'qil.o_keys'::regclass").fetchone()[0] == "sec_qil"

@@ -52,7 +52,7 @@ def test_each_statement_is_run_as_its_result_needs(sql, kind):
 
 
 class Loop:
-    """The wrapper: sabre_driven_run's loop over step, with answers by statement."""
+    """The wrapper: sabre_driven_loop's loop over step, with answers by statement."""
 
     def __init__(self, plpy, answers):
         self.plpy, self.answers, self.seen = plpy, answers, []
