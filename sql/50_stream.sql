@@ -257,7 +257,9 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
     RETURN QUERY SELECT * FROM @schema@.sabre_refresh_impl(
         COALESCE(pg_catalog.to_regclass($1)::pg_catalog.oid::pg_catalog.text, $1));
-@errors@
+    PERFORM @schema@.sabre_driven_loop();       -- a run on a Citus source (plpython/shared/driven.py)
+    RETURN QUERY SELECT * FROM @schema@.sabre_driven_result();
+@errors_driven@
 END
 $fn$;
 COMMENT ON FUNCTION @schema@.sabre_refresh(text) IS

@@ -249,6 +249,18 @@ def later(plpy, job, what: str) -> list:
     return []
 
 
+def then(after) -> bool:
+    """When a job is pending and not started (an entry point called another's implementation,
+    which handed its run to a job): have the job go on with ``after(plpy, its rows)`` and
+    return that instead; True if there was one."""
+    if not _current or _current[-1].thread is not None:
+        return False
+    run = _current[-1]
+    job = run.job
+    run.job = lambda p: after(p, job(p))
+    return True
+
+
 def abandon() -> None:
     """End a job left pending in this backend (its wrapper never drove it), without running more."""
     while _current:

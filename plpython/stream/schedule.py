@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from ..shared import common as C
+from ..shared import driven
 from ..shared import errors as E
 from ..shared.cron import schedule_job, unschedule_job
 from . import stream as S
@@ -125,12 +126,21 @@ def refresh(plpy, output):
          "text", "text"]),
         [run["source_oid"], run["quasi_identifiers"], sensitive, t, run["k"], run["method"],
          run["output_name"], run["options"]])
+    if not len(rows) and driven.then(lambda p, done: _refreshed(p, run, recorded, several, [
+            dict(zip(RESULT, r)) for r in done])):
+        return []       # a run on a Citus source: the wrapper drives it, then _refreshed (shared/driven.py)
+    return _refreshed(plpy, run, recorded, several, rows)
+
+
+RESULT = ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail", "seconds")
+
+
+def _refreshed(plpy, run, recorded, several, rows) -> list:
+    """The rerun's result rows, once its own record is checked."""
     if recorded and len(rows):
         # the rerun's own record: a redefinition committed between the check above and the
         # rerun's read is refused too (the error rolls the whole refresh back)
         now = plpy.execute(plpy.prepare("SELECT hierarchies FROM %s WHERE run_id OPERATOR(pg_catalog.=) $1"
                                         % C.catalog("runs"), ["int8"]), [rows[0]["run_id"]])
         check_hierarchies(plpy, run, recorded, json.loads(now[0]["hierarchies"] or "{}") if len(now) else {})
-    return [tuple((r[c][0] if several and c == "max_emd" else r[c])
-                  for c in ("run_id", "output", "rows", "classes", "min_class_size", "max_emd", "ail", "seconds"))
-            for r in rows]
+    return [tuple((r[c][0] if several and c == "max_emd" else r[c]) for c in RESULT) for r in rows]

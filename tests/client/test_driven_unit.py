@@ -173,3 +173,19 @@ def test_a_new_run_abandons_one_left_pending():
     assert kind == "rows"
     driven.later(plpy, lambda p: [("second",)], "anonymize")
     assert Loop(plpy, {}).run() == [("second",)]
+
+
+def test_a_caller_of_an_implementation_goes_on_after_the_job():
+    """sabre_refresh calls sabre_anonymize's implementation, which hands a Citus run to a job:
+    the refresh's own last steps run after the job, in its thread, on its rows."""
+    def job(p):
+        p.execute("SELECT 1")
+        return [(7, "o")]
+
+    plpy = _owner_plpy()
+    assert driven.then(lambda p, rows: rows) is False                 # no job: the caller goes on itself
+    driven.later(plpy, job, "anonymize")
+    assert driven.then(lambda p, rows: [r + (p.execute("SELECT 2 AS two")[0]["two"],) for r in rows]) is True
+    loop = Loop(plpy, {"SELECT 2": [{"two": 2}]})
+    assert loop.run() == [(7, "o", 2)]
+    assert [sql for _, sql in loop.seen] == ["SELECT 1", "SELECT 2 AS two"]
