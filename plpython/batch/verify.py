@@ -11,6 +11,8 @@ query that Citus runs on the shards (docs/scale-out.md): only counts reach the c
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..shared import citus
@@ -41,10 +43,11 @@ def run(plpy, output, sensitive, t, k, hierarchy, l=None):
     rel, cols = _relation(plpy, output)
     if sensitive is not None:
         _column(plpy, rel, cols, sensitive)
-    if t is not None and l is None:
-        res = _measure(plpy, rel, cols, sensitive, hierarchy)
-        return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
-    return [_diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy)]
+    with _reads(plpy, rel):
+        if t is not None and l is None:
+            res = _measure(plpy, rel, cols, sensitive, hierarchy)
+            return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
+        return [_diversity_row(plpy, rel, sensitive, cols, t, k, l, hierarchy)]
 
 
 @E.entry_point
@@ -61,11 +64,24 @@ def run_multi(plpy, output, sensitive, t, k, hierarchies):
         C.fail(plpy, C.INVALID_PARAMETER, "hierarchies has %d entries for %d sensitive attributes"
                % (len(hierarchies), len(sensitive)), "Give one hierarchy name (or NULL) per sensitive attribute.")
     rel, cols = _relation(plpy, output)
-    found = [_measure(plpy, rel, cols, sa, h) for sa, h in zip(sensitive, hierarchies)]
+    with _reads(plpy, rel):
+        found = [_measure(plpy, rel, cols, sa, h) for sa, h in zip(sensitive, hierarchies)]
     bad = np.zeros(found[0].classes, dtype=bool)
     for res, limit in zip(found, ts):
         bad |= res.violating(limit, k)
     return [(found[0].classes, int(np.count_nonzero(bad)), [res.max_emd for res in found], found[0].min_class_size)]
+
+
+def _reads(plpy, rel):
+    """A distributed output's reads open no transaction on the workers (Citus's
+    ``select_opens_transaction_block`` off): each statement PL/Python runs opens a
+    subtransaction, which sends SAVEPOINT to every worker holding one, and a worker lost between
+    two reads would fail that SAVEPOINT outside PL/Python's error handling (docs/scale-out.md,
+    "A worker lost mid-run"); without one, the next read fails as any statement does.  The
+    output is only read, so the reads need no transaction of their own on the workers."""
+    if not rel["distributed"]:
+        return contextlib.nullcontext()
+    return C.settings(plpy, **{"citus.select_opens_transaction_block": "off"})
 
 
 def _relation(plpy, output):
