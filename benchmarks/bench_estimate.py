@@ -70,7 +70,8 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from bench_db import ensure_table  # noqa: E402  (also puts the repository on sys.path)
+import bench_db  # noqa: E402,F401  (puts the repository on sys.path)
+from sabre_pg.bench.speed import ensure_table  # noqa: E402
 from sabre_pg.arx import load_arx  # noqa: E402
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
 from sabre_pg.connect import resolve_dsn  # noqa: E402

@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO_DIR / "benchmarks"))
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from bench_db import K, T, backend_memory, ensure_table, proc_memory  # noqa: E402
+import bench_db  # noqa: E402,F401  (puts the repository on sys.path)
+from sabre_pg.bench.speed import K, T, backend_memory, ensure_table, proc_memory  # noqa: E402
 from sabre_pg import api  # noqa: E402
 from sabre_pg.census import CENSUS_QIS, CENSUS_SENSITIVE  # noqa: E402
 from sabre_pg.connect import resolve_dsn  # noqa: E402

@@ -167,7 +167,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
         except ValueError as e:
             raise E.invalid_parameter(str(e), ENGINE_HINT)
         # one class is published as it is (it holds every SA: EMD 0), as with one SA: the
-        # method found no cut (e.g. constant QIs); only the plans above call a table infeasible
+        # method found no cut (e.g. constant QIs, a tiny t); no table of >= k rows is infeasible
         clock.merge(result.phases)
         return _publish(plpy, req, data, summaries, result, hierarchies, clock)
 
@@ -190,25 +190,16 @@ def _plan(req, summary):
 
 
 def _base(req, summaries):
-    """(index, plan) of the most constraining SA: SABRE's plan on each SA's summary."""
+    """(index, plan) of the most constraining SA: SABRE's plan on each SA's summary.  A plan of
+    one class is no reason to refuse the table: the whole table as one class holds every SA,
+    a partitioning method may still find cuts the plan's bound does not see (every SA's counts
+    divisible: classes at EMD 0), and the single form publishes in that case too."""
     _feasible_k(req, summaries[0].rows)
     try:
-        base = most_constraining_of([s.counts for s in summaries], [s.domain() for s in summaries],
+        return most_constraining_of([s.counts for s in summaries], [s.domain() for s in summaries],
                                     req.thresholds, req.k, req.options.lookahead)
     except ValueError as e:
         raise E.invalid_parameter(str(e), ENGINE_HINT)
-    if base[1].plan.n_classes == 1 and summaries[0].rows >= 2 * req.k:
-        raise infeasible(req, [req.sensitive[base[0]]])
-    return base
-
-
-def infeasible(req, culprits):
-    """No solution but the whole table as one class, in a table that could hold two."""
-    names = ", ".join('"%s" (t = %g)' % (a.name, t) for a, t in zip(req.sensitive, req.thresholds) if a in culprits)
-    return E.invalid_parameter(
-        "no feasible solution: only the whole table as one class keeps every class within t on %s" % names,
-        "Raise the t of %s, or anonymize with fewer sensitive attributes; sabre_estimate shows the classes "
-        "each t allows for one attribute." % names)
 
 
 def _engine(req, data, summary, plan, hierarchies):
