@@ -435,13 +435,8 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     if method in PARTITIONING:      # one SA or several (other_sas): multi_refine.py
         with stopwatch.phase("refine" if method == "refine" else "partition"):
             key_order = np.argsort(keys, kind="stable") if method == "refine" else None
-            if reference is not None and other_sas:     # one reference per SA
-                reference = [reference] + [o[3] if len(o) > 3 else None for o in other_sas]
-            ec = partition(qis, np.column_stack([sa_codes] + [o[0] for o in other_sas]),
-                           [domain] + [o[1] for o in other_sas], [t] + [o[2] for o in other_sas], k,
-                           method, keys=keys, key_order=key_order, search=search, threads=threads,
-                           weights=weights, reference=reference)
-            reference = reference[0] if isinstance(reference, list) else reference
+            ec = _partitioned(qis, sa_codes, domain, t, k, method, keys, key_order, other_sas, reference,
+                              search=search, threads=threads, weights=weights)
             if key_order is not None:
                 bucket_key_order = by_bucket(key_order, bucket)
     else:
@@ -460,6 +455,16 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     return SabreResult(ec, index.sizes, emds, bucketization, plan, generalization, il, keys, bucket,
                        k=int(k), phases=stopwatch.report(), index=index,
                        bucket_key_order=bucket_key_order, il_paper=il_paper)
+
+
+def _partitioned(qis, sa_codes, domain, t, k, method, keys, key_order, other_sas, reference, **search):
+    """The classes of 'refine' or 'mondrian' (:func:`.multi_refine.partition`) over this SA and
+    ``other_sas``; with ``reference``, one reference per SA (``other_sas``' fourth items)."""
+    if reference is not None and other_sas:
+        reference = [reference] + [o[3] if len(o) > 3 else None for o in other_sas]
+    return partition(qis, np.column_stack([sa_codes] + [o[0] for o in other_sas]),
+                     [domain] + [o[1] for o in other_sas], [t] + [o[2] for o in other_sas], k,
+                     method, keys=keys, key_order=key_order, reference=reference, **search)
 
 
 def by_bucket(key_order: np.ndarray, bucket: np.ndarray) -> np.ndarray:

@@ -49,7 +49,11 @@ def test_entry_points_report_stage_errors():
     raised by a stage always reaches the caller as SQLSTATE + message + HINT."""
     called, files = _wrapper_calls(), _wrapper_modules()
     assert {("anonymize", "run"), ("verify", "run"), ("estimate", "estimate"), ("instant", "instant")} <= called
-    for module, name in called:
+    # the driven-run protocol (plpython/shared/driven.py) is not an entry point: it hands the
+    # entry point's job its statements; the job sets up its own progress, pages and interrupt contexts
+    # (an entry point's progress observer installed around a step would take the job's phases)
+    assert {("driven", "step"), ("driven", "failed")} <= called
+    for module, name in called - {("driven", "step"), ("driven", "failed"), ("driven", "result")}:
         tree = ast.parse(files[module].read_text(encoding="utf-8"))
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
         assert any(ast.unparse(d) == "E.entry_point" for d in fn.decorator_list), (module, name)
