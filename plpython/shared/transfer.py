@@ -34,7 +34,8 @@ def binary_agg(expr: str, sqltype: str) -> str:
 
 def int32_pair_sql(hi: str, lo: str) -> str:
     """One bigint holding two int4 (or int2) SQL expressions: fewer elements to aggregate."""
-    return "((%s)::int8 << 32) | ((%s)::int8 & 4294967295)" % (hi, lo)
+    return ("(((%s)::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) "
+            "((%s)::pg_catalog.int8 OPERATOR(pg_catalog.&) 4294967295))" % (hi, lo))
 
 
 def split_int32_pair(words: np.ndarray):

@@ -7,7 +7,7 @@ census-like table ``public.bench_census_<rows>`` (generated once, reused):
    apart), one plain call -- no options but the hierarchies and ``keep: []`` -- with t = 0.35,
    k = 6, the 7 QIs, SA salary: the client's wall time, the function's own seconds, each phase
    of ``sabre.runs.phases``, ``sabre.runs.partitions`` (automatic partitions) and the
-   backend's peak memory (``VmHWM`` of ``/proc/<pg_backend_pid()>/status``: the cluster must
+   backend's CPU seconds (utime + stime of /proc/<pid>/stat) and peak memory (``VmHWM`` of ``/proc/<pg_backend_pid()>/status``: the cluster must
    be local and the bench connect as a superuser or the server's OS user);
 2. right after, in other fresh backends, the copy: ``CREATE TABLE ... AS SELECT * FROM`` the
    same table (its time and VmHWM), then dropped; the ratio run / copy is the figure of merit
@@ -66,6 +66,15 @@ def backend_memory(conn) -> dict | None:
     return proc_memory(pid)
 
 
+def proc_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of a local process so far (``/proc/<pid>/stat``), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load_average() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
@@ -99,6 +108,8 @@ def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str, method:
         conn.execute(sql.SQL("SELECT {}.sabre_selftest()").format(qs))
         cold = time.perf_counter() - t0
         before = backend_memory(conn)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0] if _server_is_local(conn) else None
+        cpu0 = proc_cpu(pid) if pid else None
         load = load_average()
         t0 = time.perf_counter()
         row = conn.execute(
@@ -109,12 +120,14 @@ def time_anonymize(dsn: str, table: str, hierarchies: dict, schema: str, method:
              json.dumps({"hierarchies": hierarchies, "keep": [], **(options or {})})),
         ).fetchone()
         wall = time.perf_counter() - t0
+        cpu1 = proc_cpu(pid) if pid else None
         after = backend_memory(conn)
         run_id = row[0]
         phases, partitions = conn.execute(sql.SQL("SELECT phases, to_jsonb(r)->'partitions' FROM {}.runs r "
                                                   "WHERE run_id = %s").format(qs), (run_id,)).fetchone()
     return {"run_id": run_id, "method": method, "rows": row[1], "classes": row[2], "min_class_size": row[3],
             "max_emd": row[4], "ail": row[5], "seconds": row[6], "wall": wall, "cold_start": cold,
+            "cpu": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
             "phases": phases, "partitions": partitions, "load": load, "mem_before": before, "mem_after": after}
 
 
@@ -200,7 +213,8 @@ def describe(rows: int, r: dict, copy: dict, floor: dict | None = None) -> str:
                                                             else "options.partitions")
     return "\n".join([
         f"   {r['method']:9s} {r['wall']:8.2f} s wall ({r['seconds']:.2f} s inside); copy {copy['wall']:.2f} s; "
-        f"ratio {ratio:.1f}{verdict}",
+        f"ratio {ratio:.1f}{verdict}; backend CPU "
+        f"{'n/a' if r.get('cpu') is None else '%.2f s' % r['cpu']}",
         f"             {r['classes']:,} classes (smallest {r['min_class_size']}), max EMD {r['max_emd']:.4f}, "
         f"AIL {'n/a' if r['ail'] is None else '%.4f' % r['ail']}; {split}; load {r['load']}",
         f"             VmHWM {mb(r['mem_after'])} (before the run {mb(r['mem_before'])}); copy's VmHWM "

@@ -114,4 +114,6 @@ def test_int32_pairs():
     a, b = T.split_int32_pair(words)
     np.testing.assert_array_equal(a, hi)
     np.testing.assert_array_equal(b, lo)
-    assert T.int32_pair_sql("s.a", "s.b") == "((s.a)::int8 << 32) | ((s.b)::int8 & 4294967295)"
+    assert T.int32_pair_sql("s.a", "s.b") == ("(((s.a)::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32) "
+                                              "OPERATOR(pg_catalog.|) ((s.b)::pg_catalog.int8 "
+                                              "OPERATOR(pg_catalog.&) 4294967295))")
