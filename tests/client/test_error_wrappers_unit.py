@@ -9,7 +9,9 @@ import pytest
 
 from sabre_pg import installer
 
-INTERNAL = {"sabre_selftest", "stream_migrate", "sabre_citus_shard"}   # no user calls these (the last: a Citus run calls it on the workers)
+INTERNAL = {"sabre_selftest", "stream_migrate", "sabre_citus_shard",    # no user calls these (the last: a Citus run
+            "sabre_driven_step", "sabre_driven_failed", "sabre_driven_result",  # calls it on the workers; the driven
+            "sabre_driven_result_multi"}                                   # run's protocol: its wrappers call them)
 
 
 def rendered() -> str:
@@ -26,7 +28,8 @@ def test_every_plpython_entry_point_has_a_reporting_wrapper():
         wrappers = re.findall(r'CREATE OR REPLACE FUNCTION "sabre"\.%s\((?:(?!\$fn\$).)*?LANGUAGE plpgsql'
                               r'(?:(?!\$fn\$).)*\$fn\$((?:(?!\$fn\$).)*)\$fn\$' % name, text, re.S)
         assert wrappers, name
-        assert all(installer.ERRORS.strip() in body for body in wrappers), name
+        driven = installer.render_sql(installer.ERRORS_DRIVEN, "sabre").strip()    # (it names sabre's schema)
+        assert all(installer.ERRORS.strip() in body or driven in body for body in wrappers), name
 
 
 def test_wrapper_of_a_typed_result_drops_the_table_form():
