@@ -165,6 +165,8 @@ class Statements:
         return Plan(sql, types)
 
     def execute(self, query, args=None, limit=0):
+        if not isinstance(query, Plan) and isinstance(args, int):     # plpy.execute(query, max_rows)
+            args, limit = None, args
         sql = bind(query.sql, query.types, args) if isinstance(query, Plan) else query
         how = kind(sql)
         if limit and how == "rows":

@@ -82,16 +82,19 @@ def test_a_job_runs_its_statements_through_the_loop_and_returns_its_rows():
         threads.append(threading.get_ident())
         n = p.execute(p.prepare("SELECT pg_catalog.count(*) AS n FROM t WHERE a = $1", ["int4"]), [3])[0]["n"]
         made = p.execute("CREATE TABLE u AS SELECT 1").nrows()
+        assert p.execute("SELECT 7 AS seven", 1)[0]["seven"] == 7
         reply = json.loads(p.execute("SELECT r FROM f()")[0]["r"])
         p.notice("half way", hint="go on")
         return [(n, made, reply["ok"])]
 
     plpy = _owner_plpy()
     assert driven.later(plpy, job, "anonymize") == []
-    loop = Loop(plpy, {"count(*)": [{"n": 42}], "CREATE TABLE": "5", "f()": [{"r": {"ok": True}}]})
+    loop = Loop(plpy, {"count(*)": [{"n": 42}], "CREATE TABLE": "5", "f()": [{"r": {"ok": True}}],
+                       "seven": [{"seven": 7}]})
     assert loop.run() == [(42, 5, True)]
+    assert ("rows", "SELECT * FROM (SELECT 7 AS seven) AS q LIMIT 1") in loop.seen
     assert threads and threads[0] != main
-    assert [k for k, _ in loop.seen] == ["rows", "command", "rows", "notice"]
+    assert [k for k, _ in loop.seen] == ["rows", "command", "rows", "rows", "notice"]
     assert json.loads(loop.seen[-1][1]) == {"message": "half way", "hint": "go on"}
     assert ("rows", "SELECT pg_catalog.count(*) AS n FROM t WHERE a = ('3')::int4") in loop.seen
     assert driven.step(plpy, None, *OWNER) == [(None, None)]          # nothing pending any more
