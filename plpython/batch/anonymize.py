@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+from contextlib import ExitStack
 
 from sabre_pg.core import stopwatch
 from sabre_pg.core.metrics import discernibility
@@ -46,7 +47,7 @@ def plan_steps(method, options) -> None:
 @E.entry_point
 def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, output, options):
     plan_steps(method, options)
-    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), ExitStack() as reads:
         clock = Stopwatch()                                                 # (work_mem: hash joins of millions of rows)
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method,
@@ -57,6 +58,7 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             column = citus_shards.pushdown_column(plpy, req)
             if column:  # the rest is driven by the wrapper's PL/pgSQL (shared/driven.py)
                 return driven.later(plpy, functools.partial(_citus_run, req, clock, column), "anonymize")
+            reads.enter_context(_through_the_coordinator(plpy, req))
             partitioned = partition.partitions_option(req) is not None    # docs/scale-out.md
             if not partitioned:
                 hierarchies = scan.hierarchies(plpy, req)
@@ -72,6 +74,12 @@ def run(plpy, source, source_name, quasi_identifiers, sensitive, t, k, method, o
             stopwatch.plan(stopwatch.anonymize_plan(req.method, partitioned=True))
             return partition.run(plpy, req, clock, run_part, summary=summary)
         return _anonymize(plpy, req, hierarchies, encodings, clock, summary=summary, plan=plan)
+
+
+def _through_the_coordinator(plpy, req):
+    """A distributed source the run reads through the coordinator (not pushed down, so not
+    driven): its reads open no transaction on the workers (``citus.reads_without_worker_transactions``)."""
+    return citus.reads_without_worker_transactions(plpy, citus.distribution_column(plpy, req.source["oid"]) is not None)
 
 
 def _citus_run(req, clock, column, plpy):
@@ -135,7 +143,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
     if sensitive is None or t is None:
         raise E.null_not_allowed("sensitive and t must not be NULL", request.SENSITIVE_HINT)
     plan_steps(method, options)
-    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"):
+    with citus.node_failures(plpy), C.settings(plpy, work_mem="256MB"), ExitStack() as reads:
         clock = Stopwatch()
         with clock.phase("validate"):
             req = request.build(plpy, source, source_name, quasi_identifiers, list(sensitive), list(t), k, method,
@@ -144,6 +152,7 @@ def run_multi(plpy, source, source_name, quasi_identifiers, sensitive, t, k, met
             column = citus_shards.pushdown_column(plpy, req)
             if column:  # the rest is driven by the wrapper's PL/pgSQL (shared/driven.py)
                 return driven.later(plpy, functools.partial(_citus_run, req, clock, column), "anonymize")
+            reads.enter_context(_through_the_coordinator(plpy, req))
             if partition.partitions_option(req) is not None:
                 partition.run(plpy, req, clock, run_part)          # (refuses several SAs)
             hierarchies = scan.hierarchies(plpy, req)

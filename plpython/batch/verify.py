@@ -11,8 +11,6 @@ query that Citus runs on the shards (docs/scale-out.md): only counts reach the c
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from ..shared import citus
@@ -73,15 +71,8 @@ def run_multi(plpy, output, sensitive, t, k, hierarchies):
 
 
 def _reads(plpy, rel):
-    """A distributed output's reads open no transaction on the workers (Citus's
-    ``select_opens_transaction_block`` off): each statement PL/Python runs opens a
-    subtransaction, which sends SAVEPOINT to every worker holding one, and a worker lost between
-    two reads would fail that SAVEPOINT outside PL/Python's error handling (docs/scale-out.md,
-    "A worker lost mid-run"); without one, the next read fails as any statement does.  The
-    output is only read, so the reads need no transaction of their own on the workers."""
-    if not rel["distributed"]:
-        return contextlib.nullcontext()
-    return C.settings(plpy, **{"citus.select_opens_transaction_block": "off"})
+    """A distributed output is only read: no transaction of the call on the workers."""
+    return citus.reads_without_worker_transactions(plpy, rel["distributed"])
 
 
 def _relation(plpy, output):

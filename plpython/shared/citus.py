@@ -16,7 +16,7 @@ each shard on its worker and creates its relations distributed itself; see the d
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from . import common as C
 from . import errors as E
@@ -45,6 +45,20 @@ def node_failures(plpy):
                                                                                   or "") else ""
         raise E.connection_failure("sabre_anonymize could not reach a node of the cluster: %s%s"
                                    % (str(e).splitlines()[0] if str(e) else state, where), NODE_DOWN_HINT) from e
+
+
+def reads_without_worker_transactions(plpy, distributed: bool):
+    """Around the reads of a call on a distributed relation that is not driven (shared/driven.py):
+    its SELECTs open no transaction on the workers (``citus.select_opens_transaction_block``
+    off).  Each statement PL/Python runs opens a subtransaction, which sends SAVEPOINT to every
+    worker holding a transaction of the call, and a worker lost between two statements would
+    fail that SAVEPOINT outside PL/Python's error handling (docs/scale-out.md, "A worker lost
+    mid-run"); with no worker transaction, the next statement needing the worker fails as any
+    statement does.  A read needs no transaction of its own on the workers; a write (the
+    output's distribution) opens one as before."""
+    if not distributed:
+        return nullcontext()
+    return C.settings(plpy, **{"citus.select_opens_transaction_block": "off"})
 
 
 _DISTRIBUTION_SQL = (
