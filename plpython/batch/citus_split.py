@@ -61,7 +61,7 @@ def split(plpy, req, summaries: list, n: int, max_rows: int | None = None) -> li
 
 
 def _values(plpy, nums) -> list:
-    return [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in nums]
+    return [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True, immutable=True) for a in nums]
 
 
 def _spans(plpy, req, nums, leaf) -> list:
@@ -111,7 +111,7 @@ def _cut(plpy, req, summaries, nums, leaf):
     cuts = _candidates(plpy, req, nums, leaf)
     if not cuts:
         return None
-    conds = ["%s OPERATOR(pg_catalog.<) %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col, clamp=True), partition._float_literal(v))
+    conds = ["%s OPERATOR(pg_catalog.<) %s" % (C.numeric_expr(plpy, nums[i].name, nums[i].col, clamp=True, immutable=True), partition._float_literal(v))
              for i, v, _ in cuts]
     ok = np.ones(len(cuts), dtype=bool)
     for i, (sa, t, summary) in enumerate(zip(req.sensitive, req.thresholds, summaries)):

@@ -128,13 +128,19 @@ def kind_of(col: dict) -> str | None:
 NUMERIC_FLOAT_MAX, NUMERIC_FLOAT_MIN = "1e300", "1e-300"
 
 
-def numeric_expr(plpy, name: str, col: dict, prefix: str = "", clamp: bool = False) -> str:
+def numeric_expr(plpy, name: str, col: dict, prefix: str = "", clamp: bool = False, immutable: bool = False) -> str:
     """SQL expression giving a numerical column as float8 (dates as days, times as seconds).
 
     ``clamp``: a ``numeric`` beyond float8 (1e400, 1e-400: the cast fails with 22003) becomes
     +-1e300 or 0, its order kept but not its distances -- for reads whose floats only place rows
-    (the engine's keys and cuts), where the published ranges are the source's own values."""
+    (the engine's keys and cuts), where the published ranges are the source's own values.
+    ``immutable``: only immutable functions (Citus runs no other in a ``VALUES`` list): a
+    ``timestamptz`` as the seconds of its distance to the epoch (``date_part`` of a
+    ``timestamptz`` is stable), the same instants in the same order."""
     c = prefix + qi(plpy, name)
+    if immutable and col["typname"] == "timestamptz":
+        return ("pg_catalog.date_part('epoch', %s OPERATOR(pg_catalog.-) '1970-01-01 00:00:00+00'::pg_catalog.timestamptz)"
+                "::pg_catalog.float8" % c)
     if clamp and col["typname"] == "numeric":
         return ("(CASE WHEN %s IN ('NaN'::pg_catalog.numeric, 'Infinity'::pg_catalog.numeric, "
                 "'-Infinity'::pg_catalog.numeric) OR pg_catalog.abs(%s) OPERATOR(pg_catalog.<=) %s::pg_catalog.numeric "
