@@ -26,22 +26,30 @@ end lower.  On a table of at most :data:`GUARD_ROWS` rows, where t-Mondrian cost
 a second, or of at most :data:`GUARD_ROWS` distinct QI tuples (:func:`guarded`), ``'refine'``
 runs both and keeps the classes with the lower AIL (the metric of ``sabre_anonymize``'s
 result: :func:`.metrics.ail` of :func:`.sabre.generalize_classes`), so the default is never
-worse than ``'mondrian'`` there.  Above it t-Mondrian costs about as much as the search itself
-(1M census-like rows: 32 s against 26 s under load), and the search measured below it on every
-large configuration (docs/evaluation.md) but not on every table.
+worse than ``'mondrian'`` there.  On a larger table of at most :data:`PARALLEL_GUARD_ROWS`
+rows, t-Mondrian (about as costly as the search there: 1M census-like rows 8.5 s against 11.4 s)
+runs in a second thread beside the search (:func:`partition`; the calling thread waits and
+ticks, :func:`.checkpoint.map_checked`): about the search's wall time on a second core, both
+in memory at once.  Above that (the parts of an automatic partitioned run are up to 2M rows)
+the search measured below it on every large configuration (docs/evaluation.md) but not on
+every table.
 """
 from __future__ import annotations
 
 import copy
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import metrics
+from .checkpoint import map_checked
 from .generalize import ECIndex
 from .mondrian import Partitioner, joint_mondrian, mondrian
 from .refine import refine
 
 GUARD_ROWS = 50_000     # 'refine' also runs t-Mondrian and keeps the lower AIL up to this many rows (or QI tuples)
+PARALLEL_GUARD_ROWS = 1_000_000   # above GUARD_ROWS and up to this many rows, t-Mondrian runs in a thread beside
+                                  # the search (its wall time hidden by a second core; memory: both at once)
 PRIMARY_ROWS = 50_000   # several SAs: 'refine' tries every SA as the primary up to this many rows
 
 
@@ -125,8 +133,9 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     drives the stratified cuts and the rescue, and which one suits a table is not known
     beforehand (Adult, t = (0.1, 0.1): AIL 0.561 with occupation first, 0.791 with education,
     the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
-    instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows
-    (:func:`refine_or_mondrian`).  ``reference``: the SA's counts in a larger table holding
+    instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows or
+    tuples (:func:`refine_or_mondrian`), or, computed in a second thread beside the search, of
+    at most :data:`PARALLEL_GUARD_ROWS` rows.  ``reference``: the SA's counts in a larger table holding
     these rows, which every class is measured against (:class:`.mondrian.Partitioner`); with
     several SAs a list, one per SA (a Citus shard's whole table)."""
     codes = np.asarray(codes, dtype=np.int64)
@@ -151,17 +160,27 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     if method == "mondrian":
         return _mondrian(qis, *_first(codes, domains, ts, primary), k, _ordered(refs, codes, primary))
     primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]
-    best, best_ail = None, np.inf
-    for first in primaries:
-        c, ds, us = _first(codes, domains, ts, first)
-        rs = _ordered(refs, codes, first) or [None] * d
-        ec = refine(qis, c[:, 0], ds[0], us[0], k, keys=keys, search=search, threads=threads,
-                    key_order=key_order, other_sas=[(c[:, i], ds[i], us[i], rs[i]) for i in range(1, d)],
-                    reference=rs[0])
-        ail = ail_of(qis, ec, weights) if len(primaries) > 1 else 0.0
-        if ail < best_ail * (1 - 1e-12):
-            best, best_ail = ec, ail
-    return refine_or_mondrian(qis, codes, domains, ts, k, best, weights, refs, keys, key_order)
+
+    def searched():
+        best, best_ail = None, np.inf
+        for first in primaries:
+            c, ds, us = _first(codes, domains, ts, first)
+            rs = _ordered(refs, codes, first) or [None] * d
+            ec = refine(qis, c[:, 0], ds[0], us[0], k, keys=keys, search=search, threads=threads,
+                        key_order=key_order, other_sas=[(c[:, i], ds[i], us[i], rs[i]) for i in range(1, d)],
+                        reference=rs[0])
+            ail = ail_of(qis, ec, weights) if len(primaries) > 1 else 0.0
+            if ail < best_ail * (1 - 1e-12):
+                best, best_ail = ec, ail
+        return best
+
+    if guarded_rows(len(codes), keys, key_order) or len(codes) > PARALLEL_GUARD_ROWS:
+        return refine_or_mondrian(qis, codes, domains, ts, k, searched(), weights, refs, keys, key_order)
+    # a larger table: t-Mondrian in a thread beside the search (the guard at about the search's wall time)
+    with ThreadPoolExecutor(2, thread_name_prefix="sabre-guard") as pool:
+        ec, other = map_checked(pool, lambda task: task(), [searched, lambda: _mondrian(qis, codes, domains, ts, k,
+                                                                                        refs)])
+    return better(qis, ec, other, weights)
 
 
 def _first(codes, domains, ts, primary):
@@ -183,11 +202,20 @@ def refine_or_mondrian(qis, codes, domains, ts, k: int, ec: np.ndarray, weights=
     table the guard covers (:func:`guarded`; ties keep ``ec``)."""
     if not guarded(ec, keys, key_order):
         return ec
-    other = _mondrian(qis, codes, domains, ts, k, references)
+    return better(qis, ec, _mondrian(qis, codes, domains, ts, k, references), weights)
+
+
+def better(qis, ec: np.ndarray, other: np.ndarray, weights=None) -> np.ndarray:
+    """``other`` (t-Mondrian's classes) where its AIL is lower than ``ec``'s; ties keep ``ec``."""
     return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
 
 
 def guarded(ec: np.ndarray, keys=None, key_order=None) -> bool:
+    """:func:`guarded_rows` of the classes' rows."""
+    return guarded_rows(len(ec), keys, key_order)
+
+
+def guarded_rows(n: int, keys=None, key_order=None) -> bool:
     """Whether the default's guard runs t-Mondrian beside the search: a table of at most
     :data:`GUARD_ROWS` rows, or of more rows but at most :data:`GUARD_ROWS` distinct QI tuples
     (distinct Hilbert ``keys``, sorted by ``key_order`` when given; a key may stand for several
@@ -195,7 +223,7 @@ def guarded(ec: np.ndarray, keys=None, key_order=None) -> bool:
     the search lost most above GUARD_ROWS (a 400-row table of 331 tuples, each row 150 times:
     AIL 0.177 against t-Mondrian's 0.143), and where t-Mondrian is cheap beside it (its cuts
     stop at the tuples: 1.1 s against the search's 6.2 s there)."""
-    if len(ec) <= GUARD_ROWS:
+    if n <= GUARD_ROWS:
         return True
     if keys is None:
         return False

@@ -8,7 +8,11 @@ lowered to their tuple counts, so that they are over it in rows (of the corpus's
 repeated, the search alone ends above t-Mondrian on the one-SA table 12)."""
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
+import pytest
 from sabre_pg.core import multi_refine
 from sabre_pg.core.multi_refine import ail_of
 from sabre_pg.core.multi_sa import anonymize_multi
@@ -38,6 +42,7 @@ def ail(table, method):
 def test_the_guard_covers_a_table_of_few_tuples(monkeypatch):
     big = repeated(corpus((1,))[12])
     mondrian = ail(big, "mondrian")
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", -1)         # (no guard in a thread either)
     monkeypatch.setattr(multi_refine, "GUARD_ROWS", -1)                  # the search alone
     assert ail(big, "refine") > mondrian * 1.01
     monkeypatch.setattr(multi_refine, "GUARD_ROWS", tuples(big[0]))
@@ -50,6 +55,7 @@ def test_several_sas_run_the_guard_by_tuples(monkeypatch):
     the tuples are within GUARD_ROWS, not when both rows and tuples are over it."""
     qis, codes, domains, ts, k = big = repeated(corpus((2, 3))[0])
     assert codes.shape[1] > 1
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", -1)         # (no guard in a thread either)
     calls = []
     real = multi_refine._mondrian
     monkeypatch.setattr(multi_refine, "_mondrian", lambda *a: calls.append(1) or real(*a))
@@ -59,3 +65,47 @@ def test_several_sas_run_the_guard_by_tuples(monkeypatch):
         default = ail(big, "refine")
         assert bool(calls) == runs and len(codes) > guard
         assert not runs or default <= ail(big, "mondrian") + 1e-12
+
+
+def test_above_the_guard_t_mondrian_runs_in_a_thread_beside_the_search(monkeypatch):
+    """Over GUARD_ROWS rows and tuples, up to PARALLEL_GUARD_ROWS rows, t-Mondrian runs in a
+    second thread while the search runs, and the lower AIL is kept: the table the search alone
+    loses is t-Mondrian's again, and the result does not depend on which thread ends first."""
+    big = repeated(corpus((1,))[12])
+    mondrian = ail(big, "mondrian")
+    monkeypatch.setattr(multi_refine, "GUARD_ROWS", -1)
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", -1)
+    alone = ail(big, "refine")
+    assert alone > mondrian * 1.01
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", len(big[1]))
+    threads = []
+    real = multi_refine._mondrian
+    monkeypatch.setattr(multi_refine, "_mondrian", lambda *a: threads.append(threading.current_thread().name)
+                        or real(*a))
+    assert ail(big, "refine") == mondrian
+    assert threads and threads[0].startswith("sabre-guard")
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", len(big[1]) - 1)    # over it: the search alone
+    assert ail(big, "refine") == alone
+
+
+def test_a_cancel_stops_both_threads_of_the_guard(monkeypatch):
+    """The waiting thread ticks (a cancel raises there); the search and t-Mondrian stop at their
+    next checkpoint and the error propagates (core/checkpoint.map_checked)."""
+    from sabre_pg.core.checkpoint import checking
+
+    big = repeated(corpus((1,))[12])
+    monkeypatch.setattr(multi_refine, "GUARD_ROWS", -1)
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", len(big[1]))
+    ticks = []
+
+    def tick():
+        ticks.append(1)
+        if len(ticks) >= 1:     # the waiting thread ticks at once: the first one cancels
+            raise KeyboardInterrupt("canceled")
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt), checking(tick):
+        ail(big, "refine")
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == before
