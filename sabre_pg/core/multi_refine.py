@@ -20,7 +20,7 @@ check tests it too:
 So every class the methods return is k-anonymous and t_i-close on every SA i by the exact
 arithmetic of ``sabre_verify``; :func:`.multi_sa.close_classes` measures it once more.
 
-**The default's guard** (:func:`refine_or_mondrian`).  The searched cut is greedy: on some
+**The default's guard** (:func:`guarded_search`).  The searched cut is greedy: on some
 tables (found by a random audit: skewed, tied or adversarial shapes) t-Mondrian's median cuts
 end lower.  On a table of at most :data:`GUARD_ROWS` rows, where t-Mondrian costs a fraction of
 a second, or of at most :data:`GUARD_ROWS` distinct QI tuples (:func:`guarded`), ``'refine'``
@@ -134,7 +134,7 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     beforehand (Adult, t = (0.1, 0.1): AIL 0.561 with occupation first, 0.791 with education,
     the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
     instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows or
-    tuples (:func:`refine_or_mondrian`), or, computed in a second thread beside the search, of
+    tuples, or, computed in a second thread beside the search, of
     at most :data:`PARALLEL_GUARD_ROWS` rows.  ``reference``: the SA's counts in a larger table holding
     these rows, which every class is measured against (:class:`.mondrian.Partitioner`); with
     several SAs a list, one per SA (a Citus shard's whole table)."""
@@ -151,12 +151,10 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     elif reference is not None:
         if method == "mondrian":
             return mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference)
-        ec = refine(qis, codes[:, 0], domains[0], ts[0], k, keys=keys, search=search, threads=threads,
-                    key_order=key_order, reference=reference)
-        if not guarded(ec, keys, key_order):
-            return ec
-        other = mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference)
-        return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
+        return guarded_search(qis, len(codes), lambda: refine(
+            qis, codes[:, 0], domains[0], ts[0], k, keys=keys, search=search, threads=threads, key_order=key_order,
+            reference=reference), lambda: mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference),
+            weights, keys, key_order)
     if method == "mondrian":
         return _mondrian(qis, *_first(codes, domains, ts, primary), k, _ordered(refs, codes, primary))
     primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]
@@ -174,12 +172,21 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
                 best, best_ail = ec, ail
         return best
 
-    if guarded_rows(len(codes), keys, key_order) or len(codes) > PARALLEL_GUARD_ROWS:
-        return refine_or_mondrian(qis, codes, domains, ts, k, searched(), weights, refs, keys, key_order)
-    # a larger table: t-Mondrian in a thread beside the search (the guard at about the search's wall time)
+    return guarded_search(qis, len(codes), searched, lambda: _mondrian(qis, codes, domains, ts, k, refs), weights,
+                           keys, key_order)
+
+
+def guarded_search(qis, n: int, searched, mondrian_, weights, keys, key_order) -> np.ndarray:
+    """``searched()``'s classes, or ``mondrian_()``'s where their AIL is lower: after the search on
+    a table the guard covers (:func:`guarded_rows`), in a second thread beside it on a larger one
+    of at most :data:`PARALLEL_GUARD_ROWS` rows (the guard at about the search's wall time; the
+    calling thread waits and ticks, :func:`.checkpoint.map_checked`), not above."""
+    if guarded_rows(n, keys, key_order):
+        return better(qis, searched(), mondrian_(), weights)
+    if n > PARALLEL_GUARD_ROWS:
+        return searched()
     with ThreadPoolExecutor(2, thread_name_prefix="sabre-guard") as pool:
-        ec, other = map_checked(pool, lambda task: task(), [searched, lambda: _mondrian(qis, codes, domains, ts, k,
-                                                                                        refs)])
+        ec, other = map_checked(pool, lambda task: task(), [searched, mondrian_])
     return better(qis, ec, other, weights)
 
 
@@ -196,23 +203,9 @@ def _ordered(refs, codes, primary):
     return [refs[i] for i in [primary] + [i for i in range(codes.shape[1]) if i != primary]]
 
 
-def refine_or_mondrian(qis, codes, domains, ts, k: int, ec: np.ndarray, weights=None, references=None, keys=None,
-                       key_order=None) -> np.ndarray:
-    """``ec`` (the refinement's classes), or t-Mondrian's where those have the lower AIL, on a
-    table the guard covers (:func:`guarded`; ties keep ``ec``)."""
-    if not guarded(ec, keys, key_order):
-        return ec
-    return better(qis, ec, _mondrian(qis, codes, domains, ts, k, references), weights)
-
-
 def better(qis, ec: np.ndarray, other: np.ndarray, weights=None) -> np.ndarray:
     """``other`` (t-Mondrian's classes) where its AIL is lower than ``ec``'s; ties keep ``ec``."""
     return other if ail_of(qis, other, weights) < ail_of(qis, ec, weights) * (1 - 1e-12) else ec
-
-
-def guarded(ec: np.ndarray, keys=None, key_order=None) -> bool:
-    """:func:`guarded_rows` of the classes' rows."""
-    return guarded_rows(len(ec), keys, key_order)
 
 
 def guarded_rows(n: int, keys=None, key_order=None) -> bool:

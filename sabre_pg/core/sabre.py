@@ -394,7 +394,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
     takes seeds in Hilbert order.  KNN always uses random seeds.  ``search``: the refinement's
     cut search setting ('fast' or 'thorough', :func:`.cut_search.cut_search`); ``threads``: its
     threads (:func:`.refine.search_threads`).  'refine' keeps t-Mondrian's classes where they
-    have the lower AIL on a small table (:func:`.multi_refine.refine_or_mondrian`).
+    have the lower AIL on a small table (:func:`.multi_refine.guarded_search`).
 
     ``other_sas``: (codes, domain, t) of further SAs every class of 'refine' and 'mondrian'
     must also be t-close on (several SAs, :mod:`.multi_refine`; ``emds`` stay this SA's);

@@ -4,7 +4,7 @@ own hierarchies), skewed, tied and adversarial shapes (constant QIs, one SA valu
 everywhere, QIs that are residues of the row number, SA sorted along a QI) -- ``'refine'``'s
 AIL is at most ``'mondrian'``'s with one SA and with several, by the AIL sabre_anonymize
 reports.  Every table of the corpus is small (<= 1,500 rows): the guard that makes this hold
-(core.multi_refine.refine_or_mondrian) covers tables up to GUARD_ROWS rows."""
+(core.multi_refine.guarded_search) covers tables up to GUARD_ROWS rows."""
 from __future__ import annotations
 
 import numpy as np
