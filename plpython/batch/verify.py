@@ -41,7 +41,7 @@ def run(plpy, output, sensitive, t, k, hierarchy, l=None):
     rel, cols = _relation(plpy, output)
     if sensitive is not None:
         _column(plpy, rel, cols, sensitive)
-    with _reads(plpy, rel):
+    with citus.reads_without_worker_transactions(plpy, rel["distributed"]):
         if t is not None and l is None:
             res = _measure(plpy, rel, cols, sensitive, hierarchy)
             return [(res.classes, res.violations(t, k), res.max_emd, res.min_class_size)]
@@ -62,17 +62,12 @@ def run_multi(plpy, output, sensitive, t, k, hierarchies):
         C.fail(plpy, C.INVALID_PARAMETER, "hierarchies has %d entries for %d sensitive attributes"
                % (len(hierarchies), len(sensitive)), "Give one hierarchy name (or NULL) per sensitive attribute.")
     rel, cols = _relation(plpy, output)
-    with _reads(plpy, rel):
+    with citus.reads_without_worker_transactions(plpy, rel["distributed"]):
         found = [_measure(plpy, rel, cols, sa, h) for sa, h in zip(sensitive, hierarchies)]
     bad = np.zeros(found[0].classes, dtype=bool)
     for res, limit in zip(found, ts):
         bad |= res.violating(limit, k)
     return [(found[0].classes, int(np.count_nonzero(bad)), [res.max_emd for res in found], found[0].min_class_size)]
-
-
-def _reads(plpy, rel):
-    """A distributed output is only read: no transaction of the call on the workers."""
-    return citus.reads_without_worker_transactions(plpy, rel["distributed"])
 
 
 def _relation(plpy, output):

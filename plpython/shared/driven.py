@@ -273,9 +273,9 @@ def abandon() -> None:
 
 
 def _next(run):
+    """The job's next message; its thread joined once it ended ('done' or 'raise')."""
     what, value = run.outbox.get()
     if what in ("done", "raise"):
-        _current.clear()
         run.thread.join()
     return what, value
 
@@ -291,6 +291,8 @@ def step(plpy, reply, role_name, statement) -> list:
     if run.owner != (role_name, statement):
         abandon()
         return [(None, None)]
+    if run.result is not None:        # finished: its rows wait for result()
+        return [(None, None)]
     if run.thread is None:
         run.thread = threading.Thread(target=run.body, name="sabre-driven", daemon=True)
         run.thread.start()
@@ -298,10 +300,10 @@ def step(plpy, reply, role_name, statement) -> list:
         run.inbox.put(("reply", reply))
     what, value = _next(run)
     if what == "done":
-        _current.append(run)          # kept for result()
-        run.result = value
+        run.result = value            # kept for result()
         return [(None, None)]
     if what == "raise":
+        _current.clear()
         raise_in_main(plpy, value)
     return [(what, value)]
 
@@ -331,10 +333,8 @@ def failed(plpy, state, message, detail, hint, context) -> list:
     error = plpy.SPIError(message)
     error.sqlstate, error.detail, error.hint, error.context = state, detail, hint, context
     run.inbox.put(("error", error))
-    what, value = _next(run)
-    while what not in ("done", "raise"):      # (cannot happen: a failed job runs no statement)
-        run.inbox.put(("error", error))
-        what, value = _next(run)
+    what, value = _next(run)          # 'done' or 'raise': a failed job asks for no statement (_Run.ask)
+    _current.clear()
     if what == "raise" and isinstance(value, E.SabreError) and E.canceled(value) is None:
         return [(value.sqlstate, value.message, value.detail, value.hint)]
     return [(None, None, None, None)]

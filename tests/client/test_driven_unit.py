@@ -192,3 +192,11 @@ def test_a_caller_of_an_implementation_goes_on_after_the_job():
     loop = Loop(plpy, {"SELECT 2": [{"two": 2}]})
     assert loop.run() == [(7, "o", 2)]
     assert [sql for _, sql in loop.seen] == ["SELECT 1", "SELECT 2 AS two"]
+
+
+def test_a_finished_job_is_not_stepped_again_before_its_rows_are_taken():
+    plpy = _owner_plpy()
+    driven.later(plpy, lambda p: [("rows",)], "anonymize")
+    assert driven.step(plpy, None, *OWNER) == [(None, None)]           # the job ran and finished
+    assert driven.step(plpy, None, *OWNER) == [(None, None)]           # (did not wait for a dead thread)
+    assert driven.result(plpy) == [("rows",)] and driven.result(plpy) == []
