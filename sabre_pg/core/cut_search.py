@@ -54,6 +54,8 @@ import numpy as np
 from . import kernels
 from .checkpoint import checkpoint
 from .mondrian import Partitioner, _stratified_cut, against_table, integer_offsets
+from .segments import grouped as _grouped, segment_ids as _segment_ids, segment_indices as _segment_indices
+from .segments import split_segments as _split_segments
 
 __all__ = ["cut_search", "QUANTILES", "SEARCH"]
 
@@ -61,7 +63,6 @@ QUANTILES = (0.5, 0.45, 0.55, 0.4, 0.6, 0.33, 0.67, 0.25, 0.75)
 DENSE_LIMIT = 1 << 24     # running SA counts per QI order when n m is at most this
 DENSE_GAIN = 4           # a running count costs about a quarter of a row gathered
 FIRST_BATCH = 1            # candidates per partition in the first exact check of a round
-GROUP_CELLS = 1 << 22      # (group, SA code) cells counted at once by a check's bincount
 # search setting: (QIs searched in a partition of fewer than ``small`` rows, grid, small,
 # sample: rows scoring a larger partition's cuts, 0 all[, stratify_first: the stratified cut
 # is a candidate in a partition's first search too, not only in its retry; default True])
@@ -225,36 +226,6 @@ def _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owner
     return part, len(used), final, wide, orders, owners
 
 
-def _split_segments(orders, owners, right, sizes, n_right, new_owner, present, pmap=map, K=None, keep=None):
-    """Every order (rows grouped by partition: ``owners``, each partition of ``present[j]``
-    with all of its ``sizes`` rows, in partition order) with each partition's rows split
-    stably, those with ``right[row] == 0`` first (``n_right`` of them are not): value order
-    is kept inside both parts, in linear time, by sequential passes only (no sort, no
-    scatter).  The order's left rows and its right rows, each taken in order, are two blocks;
-    the output is, per partition, its run of the left block then its run of the right one,
-    gathered by one ``take`` whose index is the output position plus a shift per run.
-    Returns the orders and the new partition of their rows, ``new_owner[2 * owner + side]``.
-    ``K``: the compiled kernels (one pass per order, leaving out the rows of new partitions
-    not ``keep``), or None."""
-    n_left = sizes - n_right
-
-    def split(o, owner, here):
-        if not len(o):
-            return o, owner
-        if K is not None:
-            return K.split_order(o, owner, right, sizes, n_left, new_owner, keep)
-        r = right[o].view(bool)
-        q = np.flatnonzero(here)
-        nl, nr = n_left[q], n_right[q]
-        runs = np.stack((nl, nr), axis=1).ravel()          # per partition: left run, right run
-        src = np.stack((np.cumsum(nl) - nl, np.cumsum(nr) - nr + int(nl.sum())), axis=1).ravel()
-        run = _segment_ids(runs)
-        at = (src - (np.cumsum(runs) - runs))[run]
-        at += np.arange(len(o))
-        out = np.concatenate((o[~r], o[r]))[at]
-        return out, new_owner[np.stack((2 * q, 2 * q + 1), axis=1).ravel()][run]
-
-    return tuple(list(x) for x in zip(*pmap(split, orders, owners, present))) if orders else ([], [])
 
 
 def _spans(p, orders, owners, n_parts) -> np.ndarray:
@@ -686,20 +657,8 @@ def _segment_argmin(owners, scores) -> np.ndarray:
     return at[_run_firsts(owners[at])]
 
 
-def _segment_indices(starts, sizes) -> np.ndarray:
-    """The indices starts[i] .. starts[i] + sizes[i] - 1 of every segment, concatenated."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    return (np.asarray(starts, np.int64) - np.cumsum(sizes) + sizes)[_segment_ids(sizes)] + np.arange(sizes.sum())
 
 
-def _segment_ids(sizes) -> np.ndarray:
-    """``np.repeat(np.arange(len(sizes)), sizes)`` by a running sum (np.repeat keeps the
-    interpreter lock, which the threads share)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    steps = np.zeros(int(sizes.sum()), dtype=np.int64)
-    nonempty = np.flatnonzero(sizes)
-    steps[(np.cumsum(sizes) - sizes)[nonempty]] = np.diff(nonempty, prepend=0)
-    return np.cumsum(steps)
 
 
 def run_ranks(a) -> np.ndarray:
@@ -716,20 +675,3 @@ def _run_firsts(a) -> np.ndarray:
     np.not_equal(a[1:], a[:-1], out=first[1:])
     return first
 
-
-def _grouped(labels, codes, m):
-    """(group, code, count) of rows labelled by group (``labels`` non-decreasing), sorted by
-    (group, code): counted without a sort, by bincounts over at most :data:`GROUP_CELLS`
-    (group, code) cells at a time."""
-    n_groups = int(labels[-1]) + 1 if len(labels) else 0
-    per = max(GROUP_CELLS // m, 1)
-    found = []
-    for first in range(0, n_groups, per):
-        checkpoint()
-        a, b = np.searchsorted(labels, (first, first + per))
-        hist = np.bincount((labels[a:b] - first) * m + codes[a:b], minlength=min(per, n_groups - first) * m)
-        key = np.flatnonzero(hist)
-        found.append((key // m + first, key % m, hist[key].astype(np.int64)))
-    if len(found) == 1:
-        return found[0]
-    return tuple(np.concatenate([f[i] for f in found]) if found else np.zeros(0, np.int64) for i in range(3))

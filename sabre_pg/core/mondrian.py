@@ -11,8 +11,10 @@ categorical SA with a hierarchy, equal distance for a flat one).  A refused cut 
 the next widest QI; a partition no QI can cut is a class.  Every class is therefore t-close
 and k-anonymous by the same exact arithmetic as ``sabre_verify``.
 
-All partitions of one round are cut together with numpy (one sort of the active rows per
-round), so a round costs O(n log n) and there are about log2(n/k) rounds plus retries.
+All partitions of one round are cut together with numpy on rows kept sorted per QI
+(:func:`split_all`: the medians and spans read at segment positions, the orders split in
+linear time), so a round costs O(n d) with no sort, and there are about log2(n/k) rounds plus
+retries.  :func:`cut_round` is the same round with one sort of the live rows.
 :class:`Partitioner` and the stratified cut are shared with the refinement's cut search
 (:mod:`.cut_search`).
 """
@@ -23,10 +25,12 @@ import dataclasses
 
 import numpy as np
 
+from . import kernels
 from .checkpoint import checkpoint
 from .emd import SADomain
 from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
+from .segments import grouped, segment_ids, segment_indices, split_segments
 
 __all__ = ["mondrian", "joint_mondrian", "Partitioner"]
 
@@ -347,44 +351,161 @@ def joint_mondrian(qis, sa_codes: np.ndarray, domains, ts, k: int, references=No
     return split_all(p, np.zeros(len(codes), dtype=np.int64))
 
 
-def split_all(p: Partitioner, part: np.ndarray, stratify: bool = False) -> np.ndarray:
+def split_all(p: Partitioner, part: np.ndarray) -> np.ndarray:
     """Cut every partition of ``part`` (ids 0..P-1) while a cut is allowed; class ids 0..C-1.
 
-    Each partition tries its QIs widest first; with ``stratify``, a refused median cut is
-    retried as a stratified cut on the same QI before the next QI.  A partition's spans are
-    computed once (a refused cut leaves them unchanged)."""
-    n_parts = int(part.max()) + 1 if len(part) else 0
-    d = p.columns.shape[1]
+    Each partition tries its QIs widest first (its spans computed once: a refused cut leaves
+    them unchanged); a round cuts every partition not final at the median of its QI
+    (:func:`cut_round`'s rule, the same classes and ids).  The rows of the partitions not
+    final are kept in one order per QI, grouped by partition in the same segments in every
+    order and sorted by (value, row) inside: a round reads spans and medians at segment
+    positions, counts each median's rows by a binary search in its segment, checks the cuts
+    exactly (:func:`.segments.grouped`: no sort) and splits every order stably in linear time
+    (:func:`.segments.split_segments`; the compiled loop on a large table, :mod:`.kernels`), so
+    no round sorts rows (1M census-like rows: 7.2 s with a sort per round, docs/evaluation.md).
+    ``old[q]``: partition q's id in :func:`cut_round`'s numbering (children after the
+    partitions not cut, in their parent's order, left first), the class ids returned."""
+    n, d = p.columns.shape
+    part = np.asarray(part, dtype=np.int64)
+    n_parts = int(part.max()) + 1 if n else 0
+    if n_parts == 0:
+        return _compact(part)
+    K = kernels.for_rows(n)
+    orders = [p.value_order(j, part) for j in range(d)]
+    owner = part[orders[0]]                 # the partition at each position (every order's)
     tries = np.zeros(n_parts, dtype=np.int64)    # cuts already refused, per partition
     final = np.zeros(n_parts, dtype=bool)
     spans = np.zeros((n_parts, d))
     known = np.zeros(n_parts, dtype=bool)        # spans[q] computed
-    modes = 2 if stratify else 1
+    old = np.arange(n_parts)
+    right = np.zeros(n, dtype=np.uint8)
     while not final.all():
         checkpoint()
-        need = ~final & ~known
-        if need.any():
-            spans[need] = p.spans(np.where(need[part], part, -1), n_parts)[need]
-            known |= need
-        attempt = np.minimum(tries // modes, d - 1)
+        sizes = np.bincount(owner, minlength=n_parts)       # rows in the orders
+        starts = np.cumsum(sizes) - sizes
+        need = np.flatnonzero(~final & ~known)
+        for j in range(d):          # a segment's ends: its smallest and largest value
+            o, column = orders[j], p.columns[:, j]
+            spans[need, j] = p.span(j, column[o[starts[need]]], column[o[starts[need] + sizes[need] - 1]])
+        known[need] = True
+        attempt = np.minimum(tries, d - 1)
         pick = np.argsort(-spans, axis=1, kind="stable")[np.arange(n_parts), attempt]
-        usable = ~final & (tries < d * modes) & (spans[np.arange(n_parts), pick] > 0)
+        usable = ~final & (tries < d) & (spans[np.arange(n_parts), pick] > 0)
         final |= ~usable
-        live = np.where(final[part], -1, part)
-        new_part, new_n, cut = cut_round(p, live, n_parts, np.where(usable, pick, -1),
-                                         (tries % modes) == 1)
-        tries[usable & ~cut] += 1
-        part = np.where(final[part], part, new_part)
-        grown = new_n - n_parts
-        present = np.bincount(part, minlength=new_n) > 0       # cut parents vanish
-        used = np.flatnonzero(present)
-        part = (np.cumsum(present) - 1)[part]
-        final = np.concatenate((final, np.zeros(grown, dtype=bool)))[used]
-        tries = np.concatenate((tries, np.zeros(grown, dtype=np.int64)))[used]
-        known = np.concatenate((known, np.zeros(grown, dtype=bool)))[used]
-        spans = np.concatenate((spans, np.zeros((grown, d))))[used]
-        n_parts = len(used)
-    return _compact(part)
+        u = np.flatnonzero(usable)
+        n_left = _median_counts(p, orders, pick[u], starts[u], sizes[u])
+        splittable = (n_left > 0) & (n_left < sizes[u])
+        c, n_left = u[splittable], n_left[splittable]
+        at = segment_indices(starts[c], sizes[c])       # the candidates' positions
+        seg = segment_ids(sizes[c])
+        rows = np.empty(len(at), dtype=np.int64)
+        dim = pick[c][seg]
+        for j in range(d):
+            mine = dim == j
+            if mine.any():
+                rows[mine] = orders[j][at[mine]]
+        side = at >= (starts[c] + n_left)[seg]      # 2i: left part of candidate i, 2i + 1: right
+        good = _parts_close(p, 2 * seg + side, rows, 2 * len(c))
+        cut = good[0::2] & good[1::2]
+        tries[usable] += 1          # (a cut partition's parts start again at 0)
+        moved = rows[side & cut[seg]]
+        right[moved] = 1
+        has = np.zeros(n_parts, dtype=bool)
+        has[c[cut]] = True
+        n_right = np.zeros(n_parts, dtype=np.int64)
+        n_right[c[cut]] = (sizes[c] - n_left)[cut]
+        part, n_parts, orders, owner, state = _next_round(
+            p, part, right, has, sizes, n_right, orders, owner, K, final=final, tries=tries, spans=spans,
+            known=known, old=old)
+        right[moved] = 0
+        final, tries, spans, known, old = state
+    return old[part]
+
+
+def _median_counts(p: Partitioner, orders, dim, starts, sizes) -> np.ndarray:
+    """Rows going left in each segment's median cut on QI ``dim[i]`` (:func:`_median_cut`):
+    those below the value at the middle position, or at most it when none is below; by a
+    binary search in the segment, reading only the values it visits."""
+    n_left = np.zeros(len(dim), dtype=np.int64)
+    for j in np.unique(dim):
+        i = np.flatnonzero(dim == j)
+        o, column = orders[j], p.columns[:, j]
+        first, size = starts[i], sizes[i]
+        median = column[o[first + size // 2]]
+        below = _count_before(column, o, first, size, median, False)
+        none = below == 0
+        below[none] = _count_before(column, o, first[none], size[none], median[none], True)
+        n_left[i] = below
+    return n_left
+
+
+def _count_before(column, order, first, size, x, inclusive: bool) -> np.ndarray:
+    """Per segment ``order[first[i]:first[i] + size[i]]`` (sorted by ``column``), how many of its
+    rows have a value below ``x[i]`` (at most ``x[i]`` when ``inclusive``)."""
+    lo, hi = first.astype(np.int64), (first + size).astype(np.int64)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo - first
+        mid = (lo + hi) >> 1
+        v = column[order[np.minimum(mid, len(order) - 1)]]
+        go = open_ & ((v <= x) if inclusive else (v < x))
+        lo = np.where(go, mid + 1, lo)
+        hi = np.where(open_ & ~go, mid, hi)
+
+
+def _parts_close(p: Partitioner, labels: np.ndarray, rows: np.ndarray, n_groups: int) -> np.ndarray:
+    """Whether each group (``labels``, non-decreasing, of ``rows``) has >= k rows and an exact
+    EMD <= t to the table on every SA (:meth:`Partitioner.t_close`, counted without a sort)."""
+    good = np.ones(n_groups, dtype=bool)
+    for codes, domain, t, table in [(p.codes, p.domain, p.t, p.table_counts)] + p.other_sas:
+        group, code, count = grouped(labels, codes[rows], domain.m)
+        exact, keep = against_table(group, code, count, table, domain)
+        ok = np.zeros(n_groups, dtype=bool)
+        ok[exact.class_ids[keep]] = ~exact.violating(t, p.k)[keep]
+        good &= ok
+    return good
+
+
+def _next_round(p: Partitioner, part, right, has, sizes, n_right, orders, owner, K, **state):
+    """The round's cuts applied (``has[q]``: q was cut, its rows with ``right[row]`` going right):
+    new partition ids in segment order (q's slots 3q (q not cut), 3q + 1 and 3q + 2 (its parts)),
+    the orders split and rid of the rows of final partitions and of partitions too small to cut,
+    and the per-partition ``state`` carried over (``old``: :func:`cut_round`'s numbering, the
+    other arrays' new partitions start at zero).  Returns (part, n_parts, orders, owner, state)."""
+    n_parts = len(has)
+    counts = np.bincount(part, minlength=n_parts)
+    slots = np.zeros((n_parts, 3), dtype=bool)
+    slots[:, 0], slots[:, 1], slots[:, 2] = ~has & (counts > 0), has, has
+    used = np.flatnonzero(slots.ravel())
+    new_id = (np.cumsum(slots.ravel()) - 1)[3 * np.arange(n_parts) + has]
+    carried = {}
+    for name, a in state.items():
+        b = np.zeros((len(used),) + a.shape[1:], dtype=a.dtype)
+        b[new_id[~has]] = a[~has]
+        carried[name] = b
+    # cut_round's numbering: the partitions not cut in their order, then each cut one's parts
+    by_old = np.argsort(state["old"])
+    kept, split = by_old[~has[by_old]], by_old[has[by_old]]
+    old = carried["old"]
+    old[new_id[kept]] = np.arange(len(kept))
+    old[new_id[split]] = len(kept) + 2 * np.arange(len(split))
+    old[new_id[split] + 1] = len(kept) + 2 * np.arange(len(split)) + 1
+    part = new_id[part] + (has[part] & (right > 0))
+    new_sizes = np.zeros(len(used), dtype=np.int64)
+    new_sizes[new_id] = sizes - n_right
+    new_sizes[new_id[has] + 1] = n_right[has]
+    carried["final"] |= new_sizes < 2 * p.k        # no cut leaves both parts k rows
+    keep = ~carried["final"]
+    new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()
+    present = sizes > 0
+    orders, owners = split_segments(orders, [owner] * len(orders), right, sizes, n_right, new_owner,
+                                    [present] * len(orders), K=K, keep=keep)
+    if K is None and orders and not keep[owners[0]].all():
+        mask = keep[owners[0]]
+        orders, owners = [o[mask] for o in orders], [w[mask] for w in owners]
+    owner = owners[0] if orders else np.zeros(0, dtype=np.int64)
+    return part, len(used), orders, owner, tuple(carried[k] for k in ("final", "tries", "spans", "known", "old"))
 
 
 def _compact(part: np.ndarray) -> np.ndarray:

@@ -51,15 +51,15 @@ def test_shared_rows_are_checked_against_the_table():
 def test_grouped_counts_every_group_and_code(cells, monkeypatch):
     """The check's (group, code, count) rows, counted by bincounts over a few (group, code)
     cells at a time, are those of a sort."""
-    import sabre_pg.core.cut_search as CS
+    import sabre_pg.core.segments as CS
     rng = np.random.default_rng(5)
     labels = np.sort(rng.integers(0, 40, 500))
     codes = rng.integers(0, 6, 500)
     monkeypatch.setattr(CS, "GROUP_CELLS", cells)
-    group, code, count = CS._grouped(labels, codes, 6)
+    group, code, count = CS.grouped(labels, codes, 6)
     key, want = np.unique(labels * 6 + codes, return_counts=True)
     assert np.array_equal(group, key // 6) and np.array_equal(code, key % 6) and np.array_equal(count, want)
-    assert all(len(x) == 0 for x in CS._grouped(labels[:0], codes[:0], 6))
+    assert all(len(x) == 0 for x in CS.grouped(labels[:0], codes[:0], 6))
 
 
 @pytest.mark.parametrize("dense", [0, 1 << 30])
