@@ -364,7 +364,9 @@ def split_all(p: Partitioner, part: np.ndarray) -> np.ndarray:
     (:func:`.segments.split_segments`; the compiled loop on a large table, :mod:`.kernels`), so
     no round sorts rows (1M census-like rows: 7.2 s with a sort per round, docs/evaluation.md).
     ``old[q]``: partition q's id in :func:`cut_round`'s numbering (children after the
-    partitions not cut, in their parent's order, left first), the class ids returned."""
+    partitions not cut, in their parent's order, left first), the class ids returned.
+    Memory: the d orders and their segments' partitions (two int64 per row and QI on a large
+    table) and ``p.columns``; ``p.ranks`` is dropped once the orders are made."""
     n, d = p.columns.shape
     part = np.asarray(part, dtype=np.int64)
     n_parts = int(part.max()) + 1 if n else 0
@@ -372,6 +374,7 @@ def split_all(p: Partitioner, part: np.ndarray) -> np.ndarray:
         return _compact(part)
     K = kernels.for_rows(n)
     orders = [p.value_order(j, part) for j in range(d)]
+    p.ranks = None          # (n x d; remade if asked for again): the orders hold the same
     owner = part[orders[0]]                 # the partition at each position (every order's)
     tries = np.zeros(n_parts, dtype=np.int64)    # cuts already refused, per partition
     final = np.zeros(n_parts, dtype=bool)
@@ -499,13 +502,15 @@ def _next_round(p: Partitioner, part, right, has, sizes, n_right, orders, owner,
     keep = ~carried["final"]
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()
     present = sizes > 0
-    orders, owners = split_segments(orders, [owner] * len(orders), right, sizes, n_right, new_owner,
-                                    [present] * len(orders), K=K, keep=keep)
-    if K is None and orders and not keep[owners[0]].all():
-        mask = keep[owners[0]]
-        orders, owners = [o[mask] for o in orders], [w[mask] for w in owners]
-    owner = owners[0] if orders else np.zeros(0, dtype=np.int64)
-    return part, len(used), orders, owner, tuple(carried[k] for k in ("final", "tries", "spans", "known", "old"))
+    split = np.zeros(0, dtype=np.int64)
+    for j in range(len(orders)):        # one at a time, in place: the old order is freed at once
+        (o,), (split,) = split_segments([orders[j]], [owner], right, sizes, n_right, new_owner, [present],
+                                        K=K, keep=keep)
+        if K is None and not keep[split].all():
+            mask = keep[split]
+            o, split = o[mask], split[mask]
+        orders[j] = o
+    return part, len(used), orders, split, tuple(carried[k] for k in ("final", "tries", "spans", "known", "old"))
 
 
 def _compact(part: np.ndarray) -> np.ndarray:

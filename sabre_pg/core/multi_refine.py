@@ -124,7 +124,8 @@ def other_sas_close(p: Partitioner, orders, cand, pick, copies, ok, with_emd=Fal
 
 
 def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, keys=None, key_order=None,
-              search: str = "fast", threads: int = 1, weights=None, reference=None) -> np.ndarray:
+              search: str = "fast", threads: int = 1, weights=None, reference=None,
+              parallel_guard: bool = True) -> np.ndarray:
     """The classes (ids 0..C-1) of ``method`` ('refine' or 'mondrian') over the SAs ``codes``
     (n x d), each with its domain and t, SA ``primary`` first: t_i-close on every SA i.
 
@@ -135,7 +136,8 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
     the most constraining by SABRE's plans).  'refine' then keeps t-Mondrian's classes
     instead where they have the lower AIL, on tables of at most :data:`GUARD_ROWS` rows or
     tuples, or, computed in a second thread beside the search, of
-    at most :data:`PARALLEL_GUARD_ROWS` rows.  ``reference``: the SA's counts in a larger table holding
+    at most :data:`PARALLEL_GUARD_ROWS` rows (not with ``parallel_guard`` False: a part of a
+    larger table, where the second thread's memory would add to the search's).  ``reference``: the SA's counts in a larger table holding
     these rows, which every class is measured against (:class:`.mondrian.Partitioner`); with
     several SAs a list, one per SA (a Citus shard's whole table)."""
     codes = np.asarray(codes, dtype=np.int64)
@@ -154,7 +156,7 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
         return guarded_search(qis, len(codes), lambda: refine(
             qis, codes[:, 0], domains[0], ts[0], k, keys=keys, search=search, threads=threads, key_order=key_order,
             reference=reference), lambda: mondrian(qis, codes[:, 0], domains[0], ts[0], k, reference=reference),
-            weights, keys, key_order)
+            weights, keys, key_order, parallel_guard)
     if method == "mondrian":
         return _mondrian(qis, *_first(codes, domains, ts, primary), k, _ordered(refs, codes, primary))
     primaries = [primary] + [i for i in range(d) if i != primary] if len(codes) <= PRIMARY_ROWS else [primary]
@@ -173,17 +175,18 @@ def partition(qis, codes, domains, ts, k: int, method: str, primary: int = 0, ke
         return best
 
     return guarded_search(qis, len(codes), searched, lambda: _mondrian(qis, codes, domains, ts, k, refs), weights,
-                           keys, key_order)
+                          keys, key_order, parallel_guard)
 
 
-def guarded_search(qis, n: int, searched, mondrian_, weights, keys, key_order) -> np.ndarray:
+def guarded_search(qis, n: int, searched, mondrian_, weights, keys, key_order, parallel: bool = True) -> np.ndarray:
     """``searched()``'s classes, or ``mondrian_()``'s where their AIL is lower: after the search on
     a table the guard covers (:func:`guarded_rows`), in a second thread beside it on a larger one
     of at most :data:`PARALLEL_GUARD_ROWS` rows (the guard at about the search's wall time; the
-    calling thread waits and ticks, :func:`.checkpoint.map_checked`), not above."""
+    calling thread waits and ticks, :func:`.checkpoint.map_checked`), not above, nor with
+    ``parallel`` False."""
     if guarded_rows(n, keys, key_order):
         return better(qis, searched(), mondrian_(), weights)
-    if n > PARALLEL_GUARD_ROWS:
+    if n > PARALLEL_GUARD_ROWS or not parallel:
         return searched()
     with ThreadPoolExecutor(2, thread_name_prefix="sabre-guard") as pool:
         ec, other = map_checked(pool, lambda task: task(), [searched, mondrian_])

@@ -381,7 +381,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
               seed: int = 0, takeout: str = "sweep", weights=None,
               with_emds: bool = True, lookahead: int = 4,
               sa_plan: SAPlan | None = None, search: str = "fast", threads: int = 1,
-              other_sas=(), reference=None) -> SabreResult:
+              other_sas=(), reference=None, parallel_guard: bool = True) -> SabreResult:
     """Run SABRE-AK (``method='ak'``), SABRE-KNN (``'knn'``), the paper's baseline
     t-Mondrian (``'mondrian'``, :mod:`.mondrian`: exact EMD check per cut) or t-Mondrian
     with a searched cut (``'refine'``, :mod:`.refine`: the t-close cut that lowers IL most).
@@ -402,7 +402,9 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
 
     ``reference``: 'refine' and 'mondrian': SA counts of a larger table holding these rows (a
     Citus shard's whole table); every class is cut t-close to, and ``emds`` measure against,
-    its distribution (on every SA, with ``other_sas``' references).
+    its distribution (on every SA, with ``other_sas``' references).  ``parallel_guard`` False:
+    'refine' runs no t-Mondrian beside the search on a table over
+    :data:`.multi_refine.GUARD_ROWS` rows (a part of a larger table: memory bounded by the parts).
 
     ``sa_plan``: the :func:`plan_from_counts` of the SA frequencies, when it was made before
     the tuples were read (the database computes them with a GROUP BY); the codes must have
@@ -436,7 +438,7 @@ def anonymize(qis, sa_codes, domain: SADomain, t: float, k: int = 1, method: str
         with stopwatch.phase("refine" if method == "refine" else "partition"):
             key_order = np.argsort(keys, kind="stable") if method == "refine" else None
             ec = _partitioned(qis, sa_codes, domain, t, k, method, keys, key_order, other_sas, reference,
-                              search=search, threads=threads, weights=weights)
+                              search=search, threads=threads, weights=weights, parallel_guard=parallel_guard)
             if key_order is not None:
                 bucket_key_order = by_bucket(key_order, bucket)
     else:

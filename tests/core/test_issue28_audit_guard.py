@@ -88,6 +88,27 @@ def test_above_the_guard_t_mondrian_runs_in_a_thread_beside_the_search(monkeypat
     assert ail(big, "refine") == alone
 
 
+def test_a_part_of_a_larger_table_runs_no_guard_thread(monkeypatch):
+    """``parallel_guard=False`` (a part of a partitioned run, whose memory the parts bound):
+    over GUARD_ROWS rows and tuples the search runs alone, no t-Mondrian beside it, even under
+    PARALLEL_GUARD_ROWS; at most GUARD_ROWS the guard still runs (after the search)."""
+    big = repeated(corpus((1,))[12])
+    qis, codes, domains, ts, k = big
+    monkeypatch.setattr(multi_refine, "GUARD_ROWS", -1)
+    monkeypatch.setattr(multi_refine, "PARALLEL_GUARD_ROWS", len(codes))
+    calls = []
+    real = multi_refine.mondrian
+    monkeypatch.setattr(multi_refine, "mondrian", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    ec = anonymize(qis, codes[:, 0], domains[0], ts[0], k, method="refine", parallel_guard=False).ec
+    assert not calls and ail_of(qis, ec) > ail(big, "mondrian") * 1.01      # the search's own classes
+    assert ail_of(qis, anonymize(qis, codes[:, 0], domains[0], ts[0], k, method="refine").ec) == \
+        ail(big, "mondrian") and calls                                       # the whole table: guarded
+    calls.clear()
+    monkeypatch.setattr(multi_refine, "GUARD_ROWS", len(codes))
+    anonymize(qis, codes[:, 0], domains[0], ts[0], k, method="refine", parallel_guard=False)
+    assert calls
+
+
 def test_a_cancel_stops_both_threads_of_the_guard(monkeypatch):
     """The waiting thread ticks (a cancel raises there); the search and t-Mondrian stop at their
     next checkpoint and the error propagates (core/checkpoint.map_checked)."""
