@@ -364,7 +364,11 @@ def read(plpy, req, encodings: dict, summary) -> Scan:
     ``summary``: an :class:`SASummary`, or a list of them, one per SA (several SAs)."""
     plan = ReadPlan(req, encodings)
     try:
-        n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
+        # from the table's first block: a synchronized scan (a table over shared_buffers / 4)
+        # starts where another scan of it is or stopped, so the rows, their ties and so the
+        # classes would depend on other sessions' scans
+        with C.settings(plpy, synchronize_seqscans="off"):
+            n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
     except NonFinite as e:
         raise nonfinite_error(e.bad, nonfinite_values(plpy, req, e.bad))
     sensitive = [sa.name for sa in req.sensitive]
