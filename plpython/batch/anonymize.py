@@ -126,7 +126,7 @@ def _anonymize(plpy, req, hierarchies, encodings, clock, into=None, summary=None
     clock.merge(plan.phases)
     with clock.phase("read"):
         data = scan.read(plpy, req, encodings, summary)
-    result = _engine(req, data, summary, plan, hierarchies, into is None)
+    result = _engine(req, data, summary, plan, hierarchies, into)
     clock.merge(result.phases)
     if into is not None:
         return _write_into(plpy, req, data, summary, result, hierarchies, into)
@@ -211,16 +211,18 @@ def _base(req, summaries):
         raise E.invalid_parameter(str(e), ENGINE_HINT)
 
 
-def _engine(req, data, summary, plan, hierarchies, whole_table: bool = True):
-    """The core on the rows read; ``whole_table`` False (a part of a partitioned run): the
-    default's guard runs no second thread beside the search (its memory would add to the
-    search's, which the parts bound: docs/scale-out.md)."""
+def _engine(req, data, summary, plan, hierarchies, into=None):
+    """The core on the rows read; ``into`` (a part of a partitioned run): the default's guard
+    runs no second thread beside the search (its memory would add to the search's, which the
+    parts bound: docs/scale-out.md), and with ``into.reference`` the classes are cut against
+    the table's SA counts."""
     qis = scan.quasi_identifiers(req, data.data, hierarchies)
     try:
         return anonymize(qis, data.sa_codes, summary.domain(), req.t, req.k, method=req.method,
                          seed=req.options.seed, takeout=req.options.takeout, weights=req.options.weights,
                          sa_plan=plan, search=req.options.search,
-                         threads=req.options.threads, parallel_guard=whole_table)
+                         threads=req.options.threads, parallel_guard=into is None,
+                         reference=None if into is None else into.reference)
     except ValueError as e:
         raise E.invalid_parameter(str(e), ENGINE_HINT)
 

@@ -147,6 +147,7 @@ class Into:
     tables: dict             # {"": output, "_classes": ..., "_keys": ...}: temporary qualified names
     offset: int = 0
     create: bool = True
+    reference: object = None     # the table's SA counts the part's classes are cut against, or None
 
     def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
         """The statement writing ``select``'s rows into the relation ``suffix``."""
