@@ -432,8 +432,8 @@ def shard_run(plpy, payload, value=None):
     tables = [_global_summary(g, sa.name) for g, sa in zip(p["summaries"], req.sensitive)]
     reply = {"rows": 0, "classes": 0, "violations": 0, "sa_counts": [[0] * len(t.counts) for t in tables]}
     layout = bool(p.get("layout"))
-    into = ShardInto(p["tables"], int(p["offset"]), layout, p["routing"],
-                     tuple(tuple(x) for x in p.get("keyed", ShardInto.keyed)))
+    into = ShardInto(p["tables"], int(p["offset"]), layout, routing=p["routing"],
+                     keyed=tuple(tuple(x) for x in p.get("keyed", ShardInto.keyed)))
     if _empty(plpy, req):
         return json.dumps(reply)
     hierarchies = {a: _hierarchy(h, a) for a, h in p["hierarchies"].items()}
