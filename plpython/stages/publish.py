@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -147,7 +147,9 @@ class Into:
     tables: dict             # {"": output, "_classes": ..., "_keys": ...}: temporary qualified names
     offset: int = 0
     create: bool = True
-    reference: object = None     # the table's SA counts the part's classes are cut against, or None
+    # the table's SA counts the part's classes are cut against, or None; keyword-only, so a
+    # subclass's positional fields (citus_shards.ShardInto) never shift when one is added here
+    reference: object = field(default=None, kw_only=True)
 
     def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
         """The statement writing ``select``'s rows into the relation ``suffix``."""
