@@ -506,7 +506,6 @@ def anonymize_part(plpy, req, part: Part, j: int, into, run_part, summary=None) 
             source.split(".", 1)[1], req.source["read"], part.predicate))
     whole = against_the_table(req, summary, part)
     given = part_summary(req, summary, part, whole) if summary is not None else None
-    whole = whole and given is not None
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name,
                              req.t if whole else part.budget, req.k, req.method, part.output,
                              json.dumps(part_options(req)))
@@ -523,8 +522,13 @@ def against_the_table(req, summary, part: Part) -> bool:
     cut exactly against a reference distribution), the split's counts of the part at hand, and
     an SA whose domain the part can share (numerical, or a named hierarchy; a flat categorical
     SA's leaves are the part's own values)."""
-    return (req.method in ("refine", "mondrian") and summary is not None and part.counts is not None
-            and (summary.hierarchy is None or req.sa.hierarchy_name is not None))
+    return req.method in ("refine", "mondrian") and summary is not None and _counted(req, summary, part)
+
+
+def _counted(req, summary, part: Part) -> bool:
+    """Whether the split's counts give the part's SA summary (:func:`part_summary`): counts of
+    the part, and an SA whose leaves are not the part's own values (a flat categorical SA's)."""
+    return part.counts is not None and (summary.hierarchy is None or req.sa.hierarchy_name is not None)
 
 
 def part_summary(req, summary, part: Part, whole: bool = False):
@@ -533,10 +537,9 @@ def part_summary(req, summary, part: Part, whole: bool = False):
     values present in the part (with ``whole``, every value of the table, those absent from
     the part counted 0: the table's domain), a named hierarchy's leaves.  None (scanned) for a
     flat categorical SA (its leaves are the part's own values) or a part without counts."""
-    counts = part.counts
-    if counts is None or (summary.hierarchy is not None and req.sa.hierarchy_name is None):
+    if not _counted(req, summary, part):
         return None
-    counts = np.asarray(counts, dtype=np.int64)
+    counts = np.asarray(part.counts, dtype=np.int64)
     if summary.hierarchy is not None:
         return scan.SASummary(part.rows, counts, None, summary.hierarchy)
     if whole:

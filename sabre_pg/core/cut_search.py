@@ -54,7 +54,8 @@ import numpy as np
 from . import kernels
 from .checkpoint import checkpoint
 from .mondrian import Partitioner, _stratified_cut, against_table, integer_offsets
-from .segments import grouped as _grouped, segment_ids as _segment_ids, segment_indices as _segment_indices
+from .segments import grouped as _grouped, lower_bound, segment_ids as _segment_ids, segment_indices as _segment_indices
+from .segments import carried, slot_ids
 from .segments import split_segments as _split_segments
 
 __all__ = ["cut_search", "QUANTILES", "SEARCH"]
@@ -195,18 +196,9 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
 def _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owners, every, pmap, K):
     """The round's cuts applied: partitions renumbered, the orders split (:func:`_search_round`
     returns this)."""
-    # ids in partition order: q's slots are 3q (q uncut), 3q + 1 and 3q + 2 (its parts), so
-    # the orders stay grouped by partition id and a cut only splits its partition's segment
-    slots = np.zeros((n_parts, 3), dtype=bool)
-    slots[:, 0], slots[:, 1], slots[:, 2] = ~has & (counts > 0), has, has
-    used = np.flatnonzero(slots.ravel())
-    renumber = np.cumsum(slots.ravel()) - 1
-    slots[:] = False
-    slots[:, 0] = final
-    final = slots.ravel()[used]
-    slots[:, 0] = wide
-    wide = slots.ravel()[used]
-    new_id = renumber[3 * np.arange(n_parts) + has]
+    n_new, new_id = slot_ids(has, counts)       # (segments.slot_ids: the orders stay grouped)
+    uncut = ~has & (counts > 0)
+    final, wide = (carried(a, new_id, uncut, n_new) for a in (final, wide))
     if K is not None:
         part, n_right = K.relabel(part, right, has, new_id, n_parts)
     else:
@@ -215,15 +207,14 @@ def _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owner
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()    # (partition, side) -> new id
     keep = None
     if K is not None:       # the next round keeps the rows of live partitions only: drop the others now
-        new_sizes = np.zeros(len(used), dtype=np.int64)
-        uncut = ~has & (counts > 0)
+        new_sizes = np.zeros(n_new, dtype=np.int64)
         new_sizes[new_id[uncut]] = counts[uncut]
         new_sizes[new_id[has]] = (counts - n_right)[has]
         new_sizes[new_id[has] + 1] = n_right[has]
         keep = (new_sizes >= 2 * p.k) & ~final
     orders, owners = _split_segments(orders, owners, right, counts, n_right, new_owner,
                                      [every[:, j] for j in range(len(orders))], pmap, K, keep)
-    return part, len(used), final, wide, orders, owners
+    return part, n_new, final, wide, orders, owners
 
 
 
@@ -481,7 +472,7 @@ class _SortedPartitions:
         lo, hi = leaf[v[first]], leaf[v[last - 1]]
         child = h.anc[leaf[v[first + pos]], np.maximum(h.lca_level(lo, hi) - 1, 0)]
         bound = np.searchsorted(leaf, np.where(h.lo[child] > lo, h.lo[child], h.hi[child]))   # as a code
-        idx = _lower_bound(v, np.broadcast_to(first, bound.shape), np.broadcast_to(last, bound.shape), bound)
+        idx = lower_bound(v, np.broadcast_to(first, bound.shape), np.broadcast_to(last, bound.shape), bound)
         return _clipped(idx - first, p.k, self.sizes[q] - p.k)
 
     def row_groups(self, p, mine, cand, labelled=None):
@@ -626,21 +617,6 @@ def t_close_groups(p, ec, codes, counts, copies, pick, with_emd=False) -> np.nda
         e[exact.class_ids[keep]] = exact.emd[keep]
         return good[2 * pick] & good[2 * pick + 1], np.maximum(e[2 * pick], e[2 * pick + 1])
     return good[2 * pick] & good[2 * pick + 1]
-
-
-def _lower_bound(v, first, last, x) -> np.ndarray:
-    """Per query i, the first index in ``first[i] .. last[i] - 1`` where ``v`` (sorted there)
-    is >= ``x[i]``, else ``last[i]``: a binary search of all the queries at once, in
-    log2(longest range) steps over the queries only."""
-    lo, hi = first.astype(np.int64), last.astype(np.int64)
-    while True:
-        open_ = lo < hi
-        if not open_.any():
-            return lo
-        mid = (lo + hi) >> 1
-        below = open_ & (v[np.minimum(mid, len(v) - 1)] < x)
-        lo = np.where(below, mid + 1, lo)
-        hi = np.where(open_ & ~below, mid, hi)
 
 
 def _clipped(a, lo, hi) -> np.ndarray:

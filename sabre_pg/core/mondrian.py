@@ -30,7 +30,7 @@ from .checkpoint import checkpoint
 from .emd import SADomain
 from .exact_emd import domain_class_emds
 from .generalize import stable_argsort
-from .segments import grouped, segment_ids, segment_indices, split_segments
+from .segments import carried, grouped, lower_bound, segment_ids, segment_indices, slot_ids, split_segments
 
 __all__ = ["mondrian", "joint_mondrian", "Partitioner"]
 
@@ -418,8 +418,8 @@ def split_all(p: Partitioner, part: np.ndarray) -> np.ndarray:
         n_right = np.zeros(n_parts, dtype=np.int64)
         n_right[c[cut]] = (sizes[c] - n_left)[cut]
         part, n_parts, orders, owner, state = _next_round(
-            p, part, right, has, sizes, n_right, orders, owner, K, final=final, tries=tries, spans=spans,
-            known=known, old=old)
+            p, part, right, has, sizes, n_right, orders, owner, K, old, final=final, tries=tries, spans=spans,
+            known=known)
         right[moved] = 0
         final, tries, spans, known, old = state
     return old[part]
@@ -435,26 +435,11 @@ def _median_counts(p: Partitioner, orders, dim, starts, sizes) -> np.ndarray:
         o, column = orders[j], p.columns[:, j]
         first, size = starts[i], sizes[i]
         median = column[o[first + size // 2]]
-        below = _count_before(column, o, first, size, median, False)
+        below = lower_bound(column, first, first + size, median, at=o) - first
         none = below == 0
-        below[none] = _count_before(column, o, first[none], size[none], median[none], True)
+        below[none] = lower_bound(column, first[none], (first + size)[none], median[none], True, o) - first[none]
         n_left[i] = below
     return n_left
-
-
-def _count_before(column, order, first, size, x, inclusive: bool) -> np.ndarray:
-    """Per segment ``order[first[i]:first[i] + size[i]]`` (sorted by ``column``), how many of its
-    rows have a value below ``x[i]`` (at most ``x[i]`` when ``inclusive``)."""
-    lo, hi = first.astype(np.int64), (first + size).astype(np.int64)
-    while True:
-        open_ = lo < hi
-        if not open_.any():
-            return lo - first
-        mid = (lo + hi) >> 1
-        v = column[order[np.minimum(mid, len(order) - 1)]]
-        go = open_ & ((v <= x) if inclusive else (v < x))
-        lo = np.where(go, mid + 1, lo)
-        hi = np.where(open_ & ~go, mid, hi)
 
 
 def _parts_close(p: Partitioner, labels: np.ndarray, rows: np.ndarray, n_groups: int) -> np.ndarray:
@@ -470,47 +455,39 @@ def _parts_close(p: Partitioner, labels: np.ndarray, rows: np.ndarray, n_groups:
     return good
 
 
-def _next_round(p: Partitioner, part, right, has, sizes, n_right, orders, owner, K, **state):
+def _next_round(p: Partitioner, part, right, has, sizes, n_right, orders, owner, K, old, **state):
     """The round's cuts applied (``has[q]``: q was cut, its rows with ``right[row]`` going right):
     new partition ids in segment order (q's slots 3q (q not cut), 3q + 1 and 3q + 2 (its parts)),
     the orders split and rid of the rows of final partitions and of partitions too small to cut,
-    and the per-partition ``state`` carried over (``old``: :func:`cut_round`'s numbering, the
-    other arrays' new partitions start at zero).  Returns (part, n_parts, orders, owner, state)."""
-    n_parts = len(has)
-    counts = np.bincount(part, minlength=n_parts)
-    slots = np.zeros((n_parts, 3), dtype=bool)
-    slots[:, 0], slots[:, 1], slots[:, 2] = ~has & (counts > 0), has, has
-    used = np.flatnonzero(slots.ravel())
-    new_id = (np.cumsum(slots.ravel()) - 1)[3 * np.arange(n_parts) + has]
-    carried = {}
-    for name, a in state.items():
-        b = np.zeros((len(used),) + a.shape[1:], dtype=a.dtype)
-        b[new_id[~has]] = a[~has]
-        carried[name] = b
+    the per-partition ``state`` carried over (:func:`.segments.carried`: new parts start at zero)
+    and ``old``, the partitions' ids in :func:`cut_round`'s numbering, renumbered.  Returns
+    (part, n_parts, orders, owner, the state's arrays and then ``old``)."""
+    n_new, new_id = slot_ids(has, np.bincount(part, minlength=len(has)))
+    state = {name: carried(a, new_id, ~has, n_new) for name, a in state.items()}
     # cut_round's numbering: the partitions not cut in their order, then each cut one's parts
-    by_old = np.argsort(state["old"])
-    kept, split = by_old[~has[by_old]], by_old[has[by_old]]
-    old = carried["old"]
-    old[new_id[kept]] = np.arange(len(kept))
-    old[new_id[split]] = len(kept) + 2 * np.arange(len(split))
-    old[new_id[split] + 1] = len(kept) + 2 * np.arange(len(split)) + 1
+    by_old = np.argsort(old)
+    uncut, cut = by_old[~has[by_old]], by_old[has[by_old]]
+    new_old = np.zeros(n_new, dtype=np.int64)
+    new_old[new_id[uncut]] = np.arange(len(uncut))
+    new_old[new_id[cut]] = len(uncut) + 2 * np.arange(len(cut))
+    new_old[new_id[cut] + 1] = len(uncut) + 2 * np.arange(len(cut)) + 1
     part = new_id[part] + (has[part] & (right > 0))
-    new_sizes = np.zeros(len(used), dtype=np.int64)
+    new_sizes = np.zeros(n_new, dtype=np.int64)
     new_sizes[new_id] = sizes - n_right
     new_sizes[new_id[has] + 1] = n_right[has]
-    carried["final"] |= new_sizes < 2 * p.k        # no cut leaves both parts k rows
-    keep = ~carried["final"]
+    state["final"] |= new_sizes < 2 * p.k        # no cut leaves both parts k rows
+    keep = ~state["final"]
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()
     present = sizes > 0
-    split = np.zeros(0, dtype=np.int64)
+    owners = np.zeros(0, dtype=np.int64)
     for j in range(len(orders)):        # one at a time, in place: the old order is freed at once
-        (o,), (split,) = split_segments([orders[j]], [owner], right, sizes, n_right, new_owner, [present],
-                                        K=K, keep=keep)
-        if K is None and not keep[split].all():
-            mask = keep[split]
-            o, split = o[mask], split[mask]
+        (o,), (owners,) = split_segments([orders[j]], [owner], right, sizes, n_right, new_owner, [present],
+                                         K=K, keep=keep)
+        if K is None and not keep[owners].all():
+            mask = keep[owners]
+            o, owners = o[mask], owners[mask]
         orders[j] = o
-    return part, len(used), orders, split, tuple(carried[k] for k in ("final", "tries", "spans", "known", "old"))
+    return part, n_new, orders, owners, tuple(state[k] for k in ("final", "tries", "spans", "known")) + (new_old,)
 
 
 def _compact(part: np.ndarray) -> np.ndarray:

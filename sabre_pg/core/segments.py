@@ -8,7 +8,8 @@ import numpy as np
 
 from .checkpoint import checkpoint
 
-__all__ = ["split_segments", "segment_indices", "segment_ids", "grouped", "GROUP_CELLS"]
+__all__ = ["split_segments", "segment_indices", "segment_ids", "grouped", "lower_bound", "slot_ids",
+           "carried", "GROUP_CELLS"]
 
 GROUP_CELLS = 1 << 22      # (group, SA code) cells counted at once by grouped's bincount
 
@@ -77,3 +78,43 @@ def grouped(labels, codes, m):
     if len(found) == 1:
         return found[0]
     return tuple(np.concatenate([f[i] for f in found]) if found else np.zeros(0, np.int64) for i in range(3))
+
+
+def lower_bound(v, first, last, x, inclusive: bool = False, at=None) -> np.ndarray:
+    """Per query i, the first index in ``first[i] .. last[i] - 1`` where the value (``v[j]``, or
+    ``v[at[j]]`` read through the positions ``at``; sorted there) is >= ``x[i]`` (> with
+    ``inclusive``), else ``last[i]``: a binary search of all the queries at once, in
+    log2(longest range) steps over the queries only, reading only the values it visits."""
+    lo, hi = first.astype(np.int64), last.astype(np.int64)
+    end = (len(v) if at is None else len(at)) - 1
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) >> 1
+        j = np.minimum(mid, end)
+        value = v[j] if at is None else v[at[j]]
+        below = open_ & ((value <= x) if inclusive else (value < x))
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(open_ & ~below, mid, hi)
+
+
+def slot_ids(has: np.ndarray, counts: np.ndarray):
+    """(number of new partitions, ``new_id`` of each old one) after a round's cuts (``has[q]``:
+    q was cut; ``counts[q]``: its rows): in partition order, q's slots are 3q (q not cut, kept
+    while it has rows), 3q + 1 and 3q + 2 (its two parts, ``new_id[q]`` and ``new_id[q] + 1``),
+    so the orders stay grouped by partition id and a cut only splits its partition's segment."""
+    n_parts = len(has)
+    slots = np.zeros((n_parts, 3), dtype=bool)
+    slots[:, 0], slots[:, 1], slots[:, 2] = ~has & (counts > 0), has, has
+    flat = slots.ravel()
+    return int(flat.sum()), (np.cumsum(flat) - 1)[3 * np.arange(n_parts) + has]
+
+
+def carried(a: np.ndarray, new_id: np.ndarray, kept: np.ndarray, n_new: int) -> np.ndarray:
+    """Per-partition values ``a`` (one row per old partition) under the :func:`slot_ids`
+    numbering: the partitions ``kept`` (not cut) keep theirs, new parts get zeros."""
+    b = np.zeros((n_new,) + a.shape[1:], dtype=a.dtype)
+    b[new_id[kept]] = a[kept]
+    return b
+
