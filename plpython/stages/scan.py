@@ -368,7 +368,12 @@ def read(plpy, req, encodings: dict, summary) -> Scan:
         # starts where another scan of it is or stopped, so the rows, their ties and so the
         # classes would depend on other sessions' scans
         with C.settings(plpy, synchronize_seqscans="off"):
-            n, keys, data, missing = plan.decode(dict(plpy.execute(plan.sql)[0]))
+            row = dict(plpy.execute(plan.sql)[0])
+            # rows the summary counted, gone: the source changed (not "no rows")
+            if row["n"] == 0 and any(one.rows for one in (summary if isinstance(summary, list) else [summary])):
+                raise source_changed(req.source["qname"], "its rows were gone when read")
+            n, keys, data, missing = plan.decode(row)
+            del row
     except NonFinite as e:
         raise nonfinite_error(e.bad, nonfinite_values(plpy, req, e.bad))
     sensitive = [sa.name for sa in req.sensitive]
