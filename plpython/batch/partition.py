@@ -63,7 +63,7 @@ TAG_BYTES = 4
 CHECK_ROWS = 1 << 20     # rows per chunk of the check of one output the parts wrote into
 AUTO_SPANS_SHARE = 0.75   # a table estimated at most this share of auto_partition_rows: no spans in its summary
 KEYS_IN_MEMORY = 1 << 24  # up to this many rows, an integer key's exactly-once check sorts the keys in numpy
-VIEW_PARTS = 12          # up to this many parts of one call read the source through views (staged)
+VIEW_PARTS = 8           # up to this many parts of one call read the source through views, more are copied
 
 
 @dataclass(frozen=True)
@@ -460,10 +460,11 @@ def staged(req, summary, parts) -> bool:
     """Whether a one-call run copies each part's rows into a table of their own
     (:func:`stage_rows`) rather than letting each part read the source through a temporary
     view of its predicate.  The view costs each part one filtered scan of the whole table,
-    about 0.07 us a row, where the copy costs every row about 1.2 us once (10M census-like
-    rows in 7 parts: the copy 11-14 s, the views about 5 s more read in all, docs/evaluation.md
-    "Parts read through views"); so views when there are at most ``VIEW_PARTS`` parts and each
-    part's stages read its rows only once (:func:`reads_rows_once`)."""
+    about 0.085 us a row (serial, as every read is), where the copy costs every row about
+    1.2 us once (10M census-like rows in 7 parts: the copy 11-14 s, the views 6 s more read in
+    all, docs/evaluation.md "Parts read through views"); the break-even is about 12 parts, so
+    views when there are at most ``VIEW_PARTS`` parts and each part's stages read its rows
+    only once (:func:`reads_rows_once`)."""
     return len(parts) > 1 and (len(parts) > VIEW_PARTS or not reads_rows_once(req)
                                 or not all(_counted(req, summary, p) for p in parts))
 

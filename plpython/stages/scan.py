@@ -366,8 +366,10 @@ def read(plpy, req, encodings: dict, summary) -> Scan:
     try:
         # from the table's first block: a synchronized scan (a table over shared_buffers / 4)
         # starts where another scan of it is or stopped, so the rows, their ties and so the
-        # classes would depend on other sessions' scans
-        with C.settings(plpy, synchronize_seqscans="off"):
+        # classes would depend on other sessions' scans; and by this backend alone: a parallel
+        # scan under a Gather (which the planner takes for a filtered read, such as a part's
+        # view) interleaves its workers' rows in an order that changes from run to run
+        with C.settings(plpy, synchronize_seqscans="off", max_parallel_workers_per_gather=0):
             row = dict(plpy.execute(plan.sql)[0])
             # rows the summary counted, gone: the source changed (not "no rows")
             if row["n"] == 0 and any(one.rows for one in (summary if isinstance(summary, list) else [summary])):

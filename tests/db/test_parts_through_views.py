@@ -89,7 +89,7 @@ def no_part_objects(conn):
 
 @pytest.mark.parametrize("method, opts", [
     ("refine", {"auto_partition_rows": 900}), ("mondrian", {"auto_partition_rows": 1200}),
-    ("ak", {"partitions": 3}), ("refine", {"partitions": 12}),
+    ("ak", {"partitions": 3}), ("refine", {"partitions": 8}),
     ("refine", {"auto_partition_rows": 1000, "nulls": "drop"})])
 def test_views_read_each_parts_rows_in_the_sources_order(pg_conn, census, traced, method, opts):
     """Each part reads the rows the copy gave it, in the source's physical order (the copy's
@@ -135,7 +135,7 @@ def test_parts_that_would_read_twice_copy_their_rows(pg_conn, census, traced, ca
     elif case == "flat_sa":
         sa = "workclass"
     else:
-        opts = {"partitions": 13}
+        opts = {"partitions": 12}
     seen = traced(call(pg_conn, "public.views_fallback", sa, "refine", {"hierarchies": hierarchies, **opts}, qis))
     assert (seen["staged"], seen["copies"]) == ([True], 1)
     checked_run(pg_conn, "public.views_fallback", sa, hierarchies, 4000)
