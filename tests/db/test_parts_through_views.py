@@ -157,3 +157,39 @@ def test_a_source_changed_between_parts_fails_and_leaves_nothing(pg_conn, census
     assert ei.value.diag.message_hint
     assert state(pg_conn) == before
     assert no_part_objects(pg_conn)
+
+
+@pytest.mark.parametrize("sa, ddl", [
+    ("salary", None),
+    ("grade", "ALTER TABLE public.census ADD COLUMN grade int2; UPDATE public.census SET grade = (salary % 9) - 4"),
+    ("debt", "ALTER TABLE public.census ADD COLUMN debt int4; "
+             "UPDATE public.census SET debt = (salary % 7) * -300000000 + 5")])
+def test_the_chunked_check_reads_class_and_sa_packed_as_unpacked(pg_conn, census, sa, ddl):
+    """The pre-swap check of the parts' output reads an SA of at most 32 bits with its class id
+    in one int8 per row: the same (class, SA, rows) groups as the two separate aggregates, for
+    int4, int2 and negative values near the 32-bit range."""
+    if ddl:
+        pg_conn.execute(ddl)
+    pg_conn.execute(
+        "CREATE FUNCTION public.packed_as_unpacked(statement text) RETURNS text LANGUAGE plpython3u AS $fn$\n"
+        + installer.bootstrap("sabre") +
+        "import json\n"
+        "import numpy as np\n"
+        "from sabre_plpy.batch import partition as P\n"
+        "saved, seen = P._part_groups, []\n"
+        "def groups(plpy_, req, summary, output, small_classes=False):\n"
+        "    got = saved(plpy_, req, summary, output, small_classes)\n"
+        "    if small_classes:\n"
+        "        other = saved(plpy_, req, summary, output, False)\n"
+        "        seen.append([len(got[0]), all(np.array_equal(a, b) for a, b in zip(got, other))])\n"
+        "    return got\n"
+        "P._part_groups = groups\n"
+        "try:\n"
+        "    plpy.execute(statement)\n"
+        "finally:\n"
+        "    P._part_groups = saved\n"
+        "return json.dumps(seen)\n$fn$")
+    statement = call(pg_conn, "public.views_packed", sa, "refine",
+                     {"hierarchies": {"sex": census["sex"]}, "auto_partition_rows": 1000})
+    seen = json.loads(pg_conn.execute("SELECT public.packed_as_unpacked(%s)", (statement,)).fetchone()[0])
+    assert seen and all(same for _, same in seen) and sum(n for n, _ in seen) > 100
