@@ -63,6 +63,7 @@ TAG_BYTES = 4
 CHECK_ROWS = 1 << 20     # rows per chunk of the check of one output the parts wrote into
 AUTO_SPANS_SHARE = 0.75   # a table estimated at most this share of auto_partition_rows: no spans in its summary
 KEYS_IN_MEMORY = 1 << 24  # up to this many rows, an integer key's exactly-once check sorts the keys in numpy
+DENSE_KEYS = 2           # integer keys spanning below this many times their number are compared by counting
 VIEW_PARTS = 8           # up to this many parts of one call read the source through views, more are copied
 
 
@@ -73,9 +74,12 @@ class Part:
     emd: float               # EMD(part, table), rounded up
     budget: float            # the t SABRE gets inside the part
     output: str = ""         # qualified name of the part's output
-    rows_table: str = ""     # qualified name of the table holding the part's rows ("": read the source)
+    rows_table: str = ""     # qualified name of the table (or view, ``view``) holding the part's rows
     conds: tuple = ()        # the cuts on the part's path from the whole table (predicate = their AND)
     counts: object = None    # the part's SA counts per table code (the split's, exact), or None
+    # rows_table is a temporary view of the source (view_rows); keyword-only, so no positional
+    # field above shifts when one is added
+    view: bool = field(default=False, kw_only=True)
 
 
 @dataclass
@@ -254,22 +258,38 @@ def _bucket_sql(v: str, lo: float, hi: float, size: int) -> str:
     return "pg_catalog.width_bucket(%s, %s, %s, %d)::pg_catalog.int8" % (v, _float_literal(lo), _float_literal(hi), size)
 
 
+def _one_value_buckets(a, lo: float, hi: float, size: int) -> bool:
+    """Whether each bucket of :func:`_bucket_sql` holds one value, ``lo`` + the bucket (an
+    integer or date QI with a bucket per integer, as :func:`bucket_counts` gives it, or a QI of
+    one value): its cells' smallest and largest values are then known without aggregating."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return False
+    return bool(hi == lo or (a.col["typname"] in C.INTEGER_TYPES + ("date",) and size == hi - lo + 1))
+
+
 def _cells(plpy, req, summary, nums, bounds) -> _Cells:
-    """One scan of the source grouped into cells (:func:`bucket_counts`), read in binary."""
+    """One scan of the source grouped into cells (:func:`bucket_counts`), read in binary; a
+    QI's cell minima and maxima are aggregated only where a bucket holds several values
+    (:func:`_one_value_buckets`; 10M census-like rows, two integer QIs: 4 aggregates a row fewer)."""
     sizes = bucket_counts(nums, bounds, len(summary.counts))
+    one = [_one_value_buckets(a, lo, hi, z) for a, (lo, hi), z in zip(nums, bounds, sizes)]
     vs = [C.numeric_expr(plpy, a.name, a.col, "s.", clamp=True) for a in nums]
-    inner = "SELECT %s, %s, %s AS sa FROM %s AS s%s" % (
-        ", ".join("%s AS b%d" % (_bucket_sql("(%s)" % v, lo, hi, z), i)
-                  for i, (v, (lo, hi), z) in enumerate(zip(vs, bounds, sizes))),
-        ", ".join("%s AS v%d" % (v, i) for i, v in enumerate(vs)), _sa_expr(plpy, req, summary),
-        req.source["read"], req.row_filter())
-    grouped = "SELECT %s, x.sa, pg_catalog.count(*) AS n, %s FROM (%s) AS x GROUP BY %s, x.sa" % (
-        ", ".join("x.b%d" % i for i in range(len(nums))),
-        ", ".join("pg_catalog.min(x.v%d) AS lo%d, pg_catalog.max(x.v%d) AS hi%d" % (i, i, i, i)
-                  for i in range(len(nums))), inner, ", ".join("x.b%d" % i for i in range(len(nums))))
-    cols = {"n": "int8", **{"%s%d" % (c, i): t for i in range(len(nums))
-                            for c, t in (("b", "int8"), ("lo", "float8"), ("hi", "float8"))}}
+    inner = "SELECT %s, %s AS sa FROM %s AS s%s" % (
+        ", ".join(["%s AS b%d" % (_bucket_sql("(%s)" % v, lo, hi, z), i)
+                   for i, (v, (lo, hi), z) in enumerate(zip(vs, bounds, sizes))]
+                  + ["%s AS v%d" % (v, i) for i, v in enumerate(vs) if not one[i]]),
+        _sa_expr(plpy, req, summary), req.source["read"], req.row_filter())
+    grouped = "SELECT %s FROM (%s) AS x GROUP BY %s, x.sa" % (
+        ", ".join(["x.b%d" % i for i in range(len(nums))] + ["x.sa", "pg_catalog.count(*) AS n"]
+                  + ["pg_catalog.min(x.v%d) AS lo%d, pg_catalog.max(x.v%d) AS hi%d" % (i, i, i, i)
+                     for i in range(len(nums)) if not one[i]]),
+        inner, ", ".join("x.b%d" % i for i in range(len(nums))))
+    cols = {"n": "int8", **{"b%d" % i: "int8" for i in range(len(nums))},
+            **{"%s%d" % (c, i): "float8" for i in range(len(nums)) if not one[i] for c in ("lo", "hi")}}
     got = _coded(plpy, summary, grouped, cols)
+    for i, (lo, _) in enumerate(bounds):
+        if one[i]:          # (integers below 2^53: the float8 sum is exact, as the SQL's was)
+            got["lo%d" % i] = got["hi%d" % i] = lo + got["b%d" % i].astype(np.float64)
     return _Cells(*(np.stack([got["%s%d" % (c, i)] for i in range(len(nums))], axis=1) for c in ("b", "lo", "hi")),
                   got["code"], got["n"])
 
@@ -480,6 +500,18 @@ def reads_rows_once(req) -> bool:
             and not any(a.numerical and a.typname in publish.EXACT_RANGE_TYPES for a in req.qis))
 
 
+def view_rows(plpy, req, parts) -> list:
+    """Each part's rows as a temporary view of the source, ``SELECT * FROM source WHERE
+    <predicate>`` (:func:`staged`: its stages read it once), dropped after its part; the parts
+    naming them."""
+    tag, viewed = secrets.token_hex(TAG_BYTES), []
+    for j, p in enumerate(parts):
+        name = C.ident("sabre_part_%s_%d_view" % (tag, j))
+        plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s AS s WHERE %s" % (name, req.source["read"], p.predicate))
+        viewed.append(replace(p, rows_table="pg_temp.%s" % name, view=True))
+    return viewed
+
+
 def stage_rows(plpy, req, parts):
     """With several parts, each part's rows copied into its own unlogged table (owner-only) by one scan of the
     source -- routed by a partitioned table, then detached and the routing column dropped --
@@ -519,16 +551,12 @@ def part_options(req) -> dict:
 
 def anonymize_part(plpy, req, part: Part, j: int, into, run_part, summary=None) -> int:
     """One part in this backend: sabre_anonymize's stages (``run_part``, which the entry point
-    passes in, so this module never imports it) over the part's rows table (then dropped), or
-    over a temporary view of the source's rows when the part is the whole table, written
+    passes in, so this module never imports it) over the part's rows (its table or its view of
+    the source, :func:`view_rows`; then dropped), written
     straight into the run's relations ``into`` (class ids from its offset); returns the part's
     number of classes.  ``summary``: the table's SA summary, whose part the split counted
     (:func:`part_summary`: the part's own summary without a scan of its rows)."""
     source = part.rows_table
-    if not source:
-        source = "pg_temp.%s" % C.ident("sabre_part_view_%d" % j)
-        plpy.execute("CREATE TEMP VIEW %s AS SELECT * FROM %s AS s WHERE %s" % (
-            source.split(".", 1)[1], req.source["read"], part.predicate))
     whole = against_the_table(req, summary, part)
     given = part_summary(req, summary, part, whole) if summary is not None else None
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name,
@@ -537,7 +565,7 @@ def anonymize_part(plpy, req, part: Part, j: int, into, run_part, summary=None) 
     if whole:
         into = replace(into, reference=np.asarray(summary.counts, dtype=np.int64))
     classes = run_part(plpy, part_req, into, given)
-    plpy.execute("DROP %s %s" % ("TABLE" if part.rows_table else "VIEW", source))
+    plpy.execute("DROP %s %s" % ("VIEW" if part.view else "TABLE", source))
     return classes
 
 
@@ -592,11 +620,11 @@ def run(plpy, req, clock: Stopwatch, run_part, summary=None):
                                   "Run the several-SA overload without options.partitions.")
     with clock.phase("summary"):           # the split: aggregates only
         summary, parts = plan(plpy, req, n, summary, max_rows)
-    if staged(req, summary, parts):
-        with clock.phase("read"):          # each part's rows into a table of their own (stage_rows)
+    with clock.phase("read"):              # each part's rows: a table of their own, or a view of the source
+        if staged(req, summary, parts):
             stage_rows(plpy, req, parts)
-    else:                                  # each part reads the source through a view, once
-        parts = [replace(p, rows_table="") for p in parts]
+        else:
+            parts = view_rows(plpy, req, parts)
     run_ = publish.begin(plpy, req)
     prev = publish.previous(plpy, req)
     built = _built(req, run_)
@@ -744,7 +772,7 @@ class Written:
     class_ids: np.ndarray    # offset ids, ascending
     sizes: np.ndarray
     emd: np.ndarray          # each class's EMD to the whole table (correctly rounded)
-    keys: np.ndarray = None  # the side table's keys, sorted, when read with its classes (integer keys)
+    keys: np.ndarray = None  # the side table's keys, when read with its classes (integer keys)
 
     @property
     def max_emd(self) -> float:
@@ -903,7 +931,8 @@ def _part_groups(plpy, req, summary, output, small_classes: bool = False):
 
 def _keys_per_class(plpy, keys_table, with_keys: bool = False):
     """(class ids ascending, rows) of a side table; ``with_keys`` (an integer key): and its
-    keys sorted, all from one binary read (the rows per class by a bincount of the class ids)."""
+    keys (in the table's order), all from one binary read (the rows per class by a bincount of
+    the class ids)."""
     if with_keys:
         r = plpy.execute("SELECT pg_catalog.count(*) AS n, pg_catalog.count(k.ec_id) AS e, pg_catalog.count(k.key) "
                          "AS c, %s AS ec, %s AS keys FROM %s AS k" % (
@@ -913,7 +942,6 @@ def _keys_per_class(plpy, keys_table, with_keys: bool = False):
         del r
         if len(ec) != n or len(keys) != n or (n and not 0 <= ec.min() <= ec.max() < n):
             raise _keys_mismatch()
-        keys.sort()
         per_class = np.bincount(ec)
         ids = np.flatnonzero(per_class)
         return ids, per_class[ids], keys
@@ -943,8 +971,8 @@ def check_every_row_once(plpy, req, built, written: Written | None = None):
     ``written``: the check of ``built`` themselves (:func:`check_written_in_chunks`: each class
     has as many output rows as keys), relations of this transaction no other session sees -- their
     row counts are then its sizes' sum, not counted again (two scans fewer: the output and keys);
-    with an integer key and at most ``KEYS_IN_MEMORY`` rows, the same counts from the sorted keys
-    in numpy (:func:`_rows_once_in_memory`)."""
+    with an integer key and at most ``KEYS_IN_MEMORY`` rows, the same counts from the keys
+    compared in numpy (:func:`_rows_once_in_memory`)."""
     r = None if written is None else _rows_once_in_memory(plpy, req, built, int(written.sizes.sum()), written.keys)
     if r is None:
         r = _rows_once_in_sql(plpy, req, built, written)
@@ -975,8 +1003,8 @@ def _rows_once_in_sql(plpy, req, built, written: Written | None) -> dict:
 
 def _rows_once_in_memory(plpy, req, built, output_rows: int, keys=None) -> dict | None:
     """The counts of :func:`check_every_row_once` from two binary reads -- the source's keys and
-    the side table's -- sorted in numpy: equal sorted arrays are every source row's key among the
-    keys, each once (the hash semi-join of 10M keys cost several times the two reads,
+    the side table's -- compared in numpy (:func:`same_keys`): the same values, each as often,
+    are every source row's key among the keys, each once (the hash semi-join of 10M keys cost several times the two reads,
     docs/evaluation.md "Automatic parts: the fixed costs, 2").  None (do it in SQL) for a key
     that is no integer or more than ``KEYS_IN_MEMORY`` rows (memory: 8 bytes a row per array)."""
     if not req.key.integer or output_rows > KEYS_IN_MEMORY:
@@ -995,14 +1023,32 @@ def _rows_once_in_memory(plpy, req, built, output_rows: int, keys=None) -> dict 
         counts[name] = int(r["rows"])
         arrays.append(T.decode_array(r["v"], "int8", int(r["n"])))
         del r
-        arrays[-1].sort()
     source, keys = arrays[0], arrays[1] if keys is None else keys
-    if np.array_equal(source, keys):
+    if same_keys(source, keys):
         counts["matched"] = len(source)
     else:                                               # (only for the error's message)
+        source.sort()
+        keys.sort()
         at = np.minimum(np.searchsorted(keys, source), max(len(keys) - 1, 0))
         counts["matched"] = int(np.count_nonzero(keys[at] == source)) if len(keys) else 0
     return counts
+
+
+def same_keys(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two int64 arrays hold the same values, each as often: by counting when the
+    values are dense (their range below ``DENSE_KEYS`` times their number: a bincount each,
+    8 bytes per value of the range; 10M keys: about 0.2 s against 1.5 s for the two sorts), else
+    by sorting (``a`` and ``b`` are then sorted in place)."""
+    if len(a) != len(b):
+        return False
+    if not len(a):
+        return True
+    lo, hi = min(int(a.min()), int(b.min())), max(int(a.max()), int(b.max()))
+    if hi - lo < DENSE_KEYS * len(a):
+        return np.array_equal(np.bincount(a - lo, minlength=hi - lo + 1), np.bincount(b - lo, minlength=hi - lo + 1))
+    a.sort()
+    b.sort()
+    return np.array_equal(a, b)
 
 
 # ---------------------------------------------------------------------------- entry points

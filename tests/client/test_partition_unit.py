@@ -38,3 +38,32 @@ def test_part_case_is_a_tree_of_the_cuts():
     assert partition.part_case(leaves) == (
         "CASE WHEN x < 1 THEN CASE WHEN y < 2 THEN 0 WHEN NOT (y < 2) THEN 1 END WHEN NOT (x < 1) THEN 2 END")
     assert partition.part_case([([], 0)]) == "0"
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_same_keys_counts_dense_keys_and_sorts_sparse_ones(dense):
+    """``same_keys`` (the exactly-once check of a partitioned run): the same values each as often,
+    whether counted (dense keys, negative ones included) or sorted (sparse keys)."""
+    rng = np.random.default_rng(3)
+    keys = (np.arange(-500, 1500) if dense else rng.choice(1 << 60, 2000, replace=False) - (1 << 59)).astype(np.int64)
+    shuffled = rng.permutation(keys)
+    assert partition.same_keys(keys.copy(), shuffled.copy())
+    twice = shuffled.copy()
+    twice[7] = twice[8]                              # one key twice, another missing
+    assert not partition.same_keys(keys.copy(), twice)
+    assert not partition.same_keys(keys.copy(), shuffled[:-1].copy())
+    other = shuffled.copy()
+    other[0] = keys.max() + 1                        # a key the other side lacks, same count
+    assert not partition.same_keys(keys.copy(), other)
+    assert partition.same_keys(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    span = int(max(keys.max(), other.max())) - int(min(keys.min(), other.min()))
+    assert (span < partition.DENSE_KEYS * len(keys)) is dense
+
+
+def test_one_value_buckets_are_integer_or_single_valued():
+    assert partition._one_value_buckets(qi("int4"), 17.0, 90.0, 74)
+    assert partition._one_value_buckets(qi("date"), 0.0, 10.0, 11)
+    assert not partition._one_value_buckets(qi("int4"), 17.0, 90.0, 37)        # halved: two values a bucket
+    assert not partition._one_value_buckets(qi("float8"), 0.0, 255.0, 256)     # 256 buckets of floats
+    assert partition._one_value_buckets(qi("float8"), 2.5, 2.5, 256)           # one value
+    assert not partition._one_value_buckets(qi("int8"), 0.0, float("inf"), 256)
