@@ -562,6 +562,8 @@ def anonymize_part(plpy, req, part: Part, j: int, into, run_part, summary=None) 
     part_req = request.build(plpy, _oid(plpy, source), None, [a.name for a in req.qis], req.sa.name,
                              req.t if whole else part.budget, req.k, req.method, part.output,
                              json.dumps(part_options(req)))
+    # messages name the caller's source and the part, not the part's view or rows table
+    part_req = replace(part_req, source={**part_req.source, "qname": "%s (part %d)" % (req.source["qname"], j + 1)})
     if whole:
         into = replace(into, reference=np.asarray(summary.counts, dtype=np.int64))
     classes = run_part(plpy, part_req, into, given)

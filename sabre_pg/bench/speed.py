@@ -223,7 +223,9 @@ def describe(rows: int, r: dict, copy: dict, floor: dict | None = None) -> str:
     ] + ([] if not floor else [
         "             phase / its floor: " + "  ".join(
             f"{p} {r['phases'][p]:.2f}/{floor[p]:.2f} = {r['phases'][p] / floor[p]:.1f}x"
-            for p in phase_order(floor) if p in r["phases"] and floor[p] > 0)
+            # (a phase of a few milliseconds, e.g. a partitioned run's read making its parts' views, has
+            # no work to compare with a floor)
+            for p in phase_order(floor) if p in r["phases"] and floor[p] > 0 and r["phases"][p] >= 0.05)
         + f"  (CTAS of the join source x keys x classes {floor['build_output_join']:.2f})"]))
 
 

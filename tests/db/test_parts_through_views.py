@@ -154,6 +154,7 @@ def test_a_source_changed_between_parts_fails_and_leaves_nothing(pg_conn, census
     with pytest.raises(psycopg.Error) as ei:
         traced(statement, False, "UPDATE public.census SET age = 190 - age WHERE %s" % moved)
     assert ei.value.sqlstate == "40001" and "changed while sabre read it" in ei.value.diag.message_primary
+    assert "public.census (part " in ei.value.diag.message_primary and "sabre_part" not in ei.value.diag.message_primary
     assert ei.value.diag.message_hint
     assert state(pg_conn) == before
     assert no_part_objects(pg_conn)
