@@ -491,8 +491,8 @@ def staged(req, summary, parts) -> bool:
 
 def reads_rows_once(req) -> bool:
     """Whether a part's stages scan its rows once (the read), so a view of the source costs one
-    scan per part: its SA summary counted by the split (:func:`_counted`, the caller's), no
-    flat categorical QI (``scan.hierarchies`` reads each one's values), no exact range
+    scan per part, given an SA summary the split counted (:func:`_counted`, which
+    :func:`staged` checks per part): no flat categorical QI (``scan.hierarchies`` reads each one's values), no exact range
     aggregate (``publish.EXACT_RANGE_TYPES``: joined with the source) and the output built
     from the classes (no keep column, an SA rebuilt from its codes)."""
     return (not req.options.keep and all(publish.exact_from_codes(sa) for sa in req.sensitive)
@@ -895,24 +895,21 @@ def _part_groups(plpy, req, summary, output, small_classes: bool = False):
     ``small_classes``: every class id is in [0, 2^31) (the run's own output), so an SA of at
     most 32 bits travels with its class in one int8 per row (``closeness.measure`` does the
     same; 10M rows: 2.1 s against 5.2 s for the two aggregates)."""
-    value = _sa_expr(plpy, req, summary, "o.")
-    if summary.text_codes() is None and small_classes and req.sa.typname in closeness.PAIR_TYPES:
-        row = plpy.execute("SELECT pg_catalog.count(*) AS n, %s AS pairs FROM %s AS o" % (
-            T.binary_agg(T.int32_pair_sql("o.ec_id", "o.%s" % C.ident(req.sa.name)), "int8"), output))[0]
-        n = int(row["n"])
-        if n and (row["pairs"] is None or len(row["pairs"]) != 8 * n):      # (a NULL skipped)
-            raise _changed()
-        ec, values = T.split_int32_pair(T.decode_array(row["pairs"], "int8", n) if n else np.zeros(0, np.int64))
-        del row
-    elif summary.text_codes() is None:
-        vtype = "int8" if req.sa.typname in C.INTEGER_TYPES else "float8"
-        row = plpy.execute("SELECT pg_catalog.count(*) AS n, %s AS ec, %s AS v FROM %s AS o" % (
-            T.binary_agg("o.ec_id::pg_catalog.int8", "int8"), T.binary_agg(value, vtype), output))[0]
-        n = int(row["n"])
-        values = T.decode_array(row["v"], vtype, n)
-        ec = T.decode_array(row["ec"], "int8", n) if n else values
-        del row
-    if summary.text_codes() is None:
+    value, texts = _sa_expr(plpy, req, summary, "o."), summary.text_codes()
+    if texts is None:
+        if small_classes and req.sa.typname in closeness.PAIR_TYPES:
+            got = closeness.paired_rows(plpy, "o.ec_id", "o.%s" % C.ident(req.sa.name), "%s AS o" % output)
+            if got is None:                                 # (a NULL in the output sabre wrote)
+                raise _changed()
+            n, ec, values = got
+        else:
+            vtype = "int8" if req.sa.typname in C.INTEGER_TYPES else "float8"
+            row = plpy.execute("SELECT pg_catalog.count(*) AS n, %s AS ec, %s AS v FROM %s AS o" % (
+                T.binary_agg("o.ec_id::pg_catalog.int8", "int8"), T.binary_agg(value, vtype), output))[0]
+            n = int(row["n"])
+            values = T.decode_array(row["v"], vtype, n)
+            ec = T.decode_array(row["ec"], "int8", n) if n else values
+            del row
         codes = np.searchsorted(summary.distinct, values)
         if n and (codes.max() >= len(summary.distinct) or not np.array_equal(summary.distinct[codes], values)):
             raise _changed()
@@ -923,7 +920,7 @@ def _part_groups(plpy, req, summary, output, small_classes: bool = False):
     row = plpy.execute(plpy.prepare(
         "SELECT pg_catalog.count(*) AS groups, pg_catalog.count(x.v) AS known, %s AS ec, %s AS v, %s AS n "
         "FROM (%s) AS x" % (T.binary_agg("x.ec_id", "int8"), T.binary_agg("x.v", "int8"),
-                            T.binary_agg("x.n", "int8"), inner), ["text[]"]), [summary.text_codes()])[0]
+                            T.binary_agg("x.n", "int8"), inner), ["text[]"]), [texts])[0]
     groups = int(row["groups"])
     if row["known"] != groups:
         raise _changed()

@@ -155,28 +155,41 @@ def _measure_rows(plpy, relation_qname, sa_name, sa_col, hierarchy, kind, small_
     else:
         return None
     ec_column = "o.%s" % C.qi(plpy, EC)
-    paired = small_classes and (kind == "hierarchical" or sa_col["typname"] in PAIR_TYPES)
-    if paired:
-        query = "SELECT pg_catalog.count(*) AS n, %s AS pairs FROM %s" % (
-            T.binary_agg(T.int32_pair_sql(ec_column, value), "int8"), source)
+    leaves = hierarchy.leaves if hierarchy is not None else None
+    if small_classes and (kind == "hierarchical" or sa_col["typname"] in PAIR_TYPES):
+        got = paired_rows(plpy, ec_column, value, source, leaves)
+        if got is None or got[0] == 0:                      # NULLs: the grouped query
+            return None
+        _, ec, values = got
     else:
         query = ("SELECT pg_catalog.count(*) AS n, pg_catalog.count(%s) AS n_ec, pg_catalog.count(%s) AS n_sa, "
                  "%s AS ec, %s AS sa FROM %s" % (ec_column, value, T.binary_agg(ec_column, "int8"),
                                                   T.binary_agg(value, sqltype), source))
-    row = (plpy.execute(plpy.prepare(query, ["text[]"]), [hierarchy.leaves]) if hierarchy is not None
-           else plpy.execute(query))[0]
-    n = int(row["n"])
-    if paired:
-        if n == 0 or row["pairs"] is None or len(row["pairs"]) != 8 * n:      # NULLs: the grouped query
-            return None
-        ec, values = T.split_int32_pair(T.decode_array(row["pairs"], "int8", n))
-    else:
+        row = (plpy.execute(plpy.prepare(query, ["text[]"]), [leaves]) if leaves is not None
+               else plpy.execute(query))[0]
+        n = int(row["n"])
         if n == 0 or row["n_ec"] < n or row["n_sa"] < n:
             return None
         ec = T.decode_array(row["ec"], "int8", n)
         values = T.decode_array(row["sa"], sqltype, n)
     codes, m = (values - 1, len(hierarchy.leaves)) if kind == "hierarchical" else ranks(values)
     return _class_emds(kind, *groups(ec, codes, m), m, hierarchy)
+
+
+def paired_rows(plpy, ec: str, value: str, source: str, leaves=None):
+    """(rows, class ids, values) of every row of ``source`` (a ``FROM`` item), its class id and
+    its value (SQL expressions, both 32-bit) read as one int8 per row (``transfer.int32_pair_sql``:
+    one aggregate instead of two); ``leaves``: the text[] parameter $1 ``source`` uses, if any.
+    None when a row has a NULL in either: its pair is NULL, which ``string_agg`` skips, so fewer
+    than 8 bytes a row were read."""
+    query = "SELECT pg_catalog.count(*) AS n, %s AS pairs FROM %s" % (
+        T.binary_agg(T.int32_pair_sql(ec, value), "int8"), source)
+    row = (plpy.execute(plpy.prepare(query, ["text[]"]), [leaves]) if leaves is not None
+           else plpy.execute(query))[0]
+    n = int(row["n"])
+    if n and (row["pairs"] is None or len(row["pairs"]) != 8 * n):
+        return None
+    return (n, *T.split_int32_pair(T.decode_array(row["pairs"], "int8", n) if n else np.zeros(0, np.int64)))
 
 
 def ranks(values):
