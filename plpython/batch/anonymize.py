@@ -231,6 +231,8 @@ def _write_into(plpy, req, data, summary, result, hierarchies, into) -> int:
     keys_table = publish.write_keys(plpy, req, None, data.keys, result, into)
     classes = publish.write_classes(plpy, req, None, result, data.data, keys_table, hierarchies, into)
     publish.write_output(plpy, req, None, classes, keys_table, summary, data.sa_codes, result, into)
+    if into.written is not None:
+        into.written.add(result.sizes, data.keys if req.key.integer else None)
     return result.n_classes
 
 

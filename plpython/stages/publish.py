@@ -150,12 +150,47 @@ class Into:
     # the table's SA counts the part's classes are cut against, or None; keyword-only, so a
     # subclass's positional fields (citus_shards.ShardInto) never shift when one is added here
     reference: object = field(default=None, kw_only=True)
+    # what the parts wrote, kept for the run's check (PartsWritten), or None
+    written: object = field(default=None, kw_only=True)
 
     def write(self, suffix: str, select: str, unlogged: bool = False) -> str:
         """The statement writing ``select``'s rows into the relation ``suffix``."""
         if self.create:
             return "CREATE %sTABLE %s AS %s" % ("UNLOGGED " if unlogged else "", self.tables[suffix], select)
         return "INSERT INTO %s %s" % (self.tables[suffix], select)
+
+
+class PartsWritten:
+    """What the parts of one partitioned run wrote into its relations, kept in memory for the
+    run's check instead of reading the side table back (its writes are this run's own statements,
+    as the one-piece check trusts its own): every class's rows (class ids in the order the parts
+    wrote them) and, with an integer key and at most ``keys_rows`` rows, every key written, in one
+    array of ``rows`` (the split's count of the table) filled part by part (8 bytes a row; a part
+    with more rows than announced drops the keys, and the check reads the source and the side
+    table in SQL instead)."""
+
+    def __init__(self, rows: int, keys_rows: int):
+        self.sizes = []
+        self.filled = 0
+        self.keys = np.empty(rows, dtype=np.int64) if 0 <= rows <= keys_rows else None
+
+    def add(self, sizes, keys) -> None:
+        """A part's classes' rows (in class id order) and its keys (an integer ndarray, else None)."""
+        self.sizes.append(np.asarray(sizes, dtype=np.int64))
+        n = len(keys) if keys is not None else 0
+        if self.keys is not None and isinstance(keys, np.ndarray) and self.filled + n <= len(self.keys):
+            self.keys[self.filled:self.filled + n] = keys
+        else:
+            self.keys = None
+        self.filled += n
+
+    def class_sizes(self) -> np.ndarray:
+        """Every class's rows, by class id (0..C-1)."""
+        return np.concatenate(self.sizes) if self.sizes else np.zeros(0, dtype=np.int64)
+
+    def written_keys(self):
+        """The keys the parts wrote (an int64 array), or None when they were not kept."""
+        return self.keys if self.keys is not None and self.filled == len(self.keys) else None
 
 
 # ---------------------------------------------------------------------------- side table

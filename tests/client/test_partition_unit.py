@@ -67,3 +67,25 @@ def test_one_value_buckets_are_integer_or_single_valued():
     assert not partition._one_value_buckets(qi("float8"), 0.0, 255.0, 256)     # 256 buckets of floats
     assert partition._one_value_buckets(qi("float8"), 2.5, 2.5, 256)           # one value
     assert not partition._one_value_buckets(qi("int8"), 0.0, float("inf"), 256)
+
+
+def test_parts_written_keeps_keys_only_when_they_fit():
+    """The tally drops its keys (the check then reads them in SQL) for a key that is no integer
+    array, or a part with more rows than the split announced; it keeps every class's rows."""
+    P = sabre_plpy("stages.publish")
+    kept = P.PartsWritten(5, 10)
+    kept.add([2, 1], np.array([4, 5, 6]))
+    kept.add([2], np.array([1, 2]))
+    assert kept.written_keys().tolist() == [4, 5, 6, 1, 2] and kept.class_sizes().tolist() == [2, 1, 2]
+    short = P.PartsWritten(5, 10)
+    short.add([3], np.array([1, 2, 3]))
+    assert short.written_keys() is None                 # (two rows the split counted never came)
+    over = P.PartsWritten(2, 10)
+    over.add([3], np.array([1, 2, 3]))
+    assert over.written_keys() is None and over.class_sizes().tolist() == [3]
+    text = P.PartsWritten(2, 10)
+    text.add([2], None)
+    assert text.written_keys() is None
+    big = P.PartsWritten(20, 10)
+    big.add([2], np.array([1, 2]))
+    assert big.written_keys() is None
