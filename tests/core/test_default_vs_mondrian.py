@@ -113,3 +113,23 @@ def test_refine_is_never_worse_than_mondrian(n_sas):
             assert not bad.any() and r.sizes.min() >= min(k, len(codes)), (i, method)
             ail[method] = ail_of(qis, r.ec)
         assert ail["refine"] <= ail["mondrian"] + 1e-12, (i, ail)
+
+
+def test_the_guard_in_a_thread_keeps_what_the_serial_guard_keeps(monkeypatch):
+    """Above GUARD_ROWS (here forced to none) t-Mondrian runs in a second thread beside the search,
+    each thread measuring its own AIL: the classes kept are those of the guard run after the
+    search (the same comparison, ties to the search), table by table, including tables where
+    t-Mondrian wins."""
+    from sabre_pg.core import multi_refine
+    won = 0
+    # (a few tables of each corpus, among them the two where t-Mondrian wins: one SA, table 12;
+    # several, table 34)
+    for qis, codes, domains, ts, k in corpus((1,))[11:14] + corpus((2, 3))[33:35]:
+        serial = multi_refine.partition(qis, codes, domains, ts, k, "refine")
+        with monkeypatch.context() as m:
+            m.setattr(multi_refine, "GUARD_ROWS", -1)
+            threaded = multi_refine.partition(qis, codes, domains, ts, k, "refine")
+            searched = multi_refine.partition(qis, codes, domains, ts, k, "refine", parallel_guard=False)
+        assert np.array_equal(threaded, serial)
+        won += not np.array_equal(serial, searched)
+    assert won                      # (the corpus has tables where t-Mondrian's classes are kept)
