@@ -45,7 +45,9 @@ from sabre_pg.connect import resolve_dsn  # noqa: E402
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", help="conninfo or URL (default: $DATABASE_URL, PG*, else the embedded cluster)")
-    parser.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre)")
+    parser.add_argument("--schema", default="sabre", help="schema sabre-pg is installed in (default: sabre); without --dsn the embedded "
+                        "cluster first installs this checkout's code into it when what it holds differs, so "
+                        "give --dsn to measure another version installed there (an A/B)")
     parser.add_argument("--rows", default="100000,1000000", help="comma-separated sizes (default: 100000,1000000)")
     parser.add_argument("--methods", default=",".join(speed.METHODS),
                         help="comma-separated methods (default: %s)" % ",".join(speed.METHODS))
