@@ -996,16 +996,18 @@ def _rows_once_in_sql(plpy, req, built, written: Written | None) -> dict:
 
 
 def _rows_once_in_memory(plpy, req, built, output_rows: int, keys=None) -> dict | None:
-    """The counts of :func:`check_every_row_once` from two binary reads -- the source's keys and
-    the side table's -- compared in numpy (:func:`same_keys`): the same values, each as often,
-    are every source row's key among the keys, each once (the hash semi-join of 10M keys cost several times the two reads,
-    docs/evaluation.md "Automatic parts: the fixed costs, 2").  None (do it in SQL) for a key
-    that is no integer or more than ``KEYS_IN_MEMORY`` rows (memory: 8 bytes a row per array)."""
+    """The counts of :func:`check_every_row_once` from the source's keys (one binary read) and
+    ``keys`` (the keys the parts wrote, kept as they wrote them; None: the side table's, read in
+    binary) compared in numpy (:func:`same_keys`): the same values, each as often, are every
+    source row's key among the keys, each once (the hash semi-join of 10M keys cost several
+    times the two reads, docs/evaluation.md "Automatic parts: the fixed costs, 2").  None (do
+    it in SQL) for a key that is no integer or more than ``KEYS_IN_MEMORY`` rows (memory: 8
+    bytes a row per array)."""
     if not req.key.integer or output_rows > KEYS_IN_MEMORY:
         return None
     counts = {"output_rows": output_rows}
     reads = [("source_rows", req.key.name, "%s AS s%s" % (req.source["read"], req.row_filter()))]
-    if keys is None:                                    # (else read with the side table's classes)
+    if keys is None:                                    # (else kept from the parts' writes)
         reads.append(("keys", "key", "%s AS s" % built["_keys"]))
     else:
         counts["keys"] = len(keys)
