@@ -20,8 +20,10 @@
    the table's domain): every class's exact EMD to the table is what each cut checks, which
    the budget only bounds (10M census-like rows: the parts' searches about 1.4x faster and
    their AIL lower, docs/scale-out.md);
-3. **parts**: each part's rows are copied into a table of their own by one scan of the source
-   (:func:`stage_rows`); each part is one ``sabre_anonymize`` over that table (in this
+3. **parts**: each part's rows are read through a temporary view of the source and its
+   predicate (:func:`view_rows`, when each part's stages read them once and there are at most
+   ``VIEW_PARTS`` parts), else copied into a table of their own by one scan of the source
+   (:func:`stage_rows`); each part is one ``sabre_anonymize`` over them (in this
    backend one after another with options.partitions, or by the client's connections in
    parallel: ``sabre-pg anonymize --parts``), so no backend holds more than one part;
 4. **publish** (:func:`publish_parts`): the parts' outputs become one output with class ids
@@ -777,7 +779,7 @@ class Written:
     class_ids: np.ndarray    # offset ids, ascending
     sizes: np.ndarray
     emd: np.ndarray          # each class's EMD to the whole table (correctly rounded)
-    keys: np.ndarray = None  # the side table's keys, when read with its classes (integer keys)
+    keys: np.ndarray = None  # the keys the parts wrote, kept as they wrote them (integer keys), or None
 
     @property
     def max_emd(self) -> float:
