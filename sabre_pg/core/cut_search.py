@@ -108,18 +108,18 @@ def cut_search(p: Partitioner, part: np.ndarray, emd_weight: float = 0.0,
 
     # the rows (not yet final) in (partition, value of QI j) order, per QI
     orders = list(pmap(lambda j: p.value_order(j, part), range(p.columns.shape[1])))
-    owners = None
+    owners = counts = None
     rounds = 0
     while not final.all() and (max_rounds is None or rounds < max_rounds):
         checkpoint()
-        part, n_parts, final, wide, orders, owners = _search_round(
-            p, part, n_parts, final, wide, orders, emd_weight, setting, pmap, owners)
+        part, n_parts, final, wide, orders, owners, counts = _search_round(
+            p, part, n_parts, final, wide, orders, emd_weight, setting, pmap, owners, counts)
         rounds += 1
     _, inverse = np.unique(part, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pmap=map, owners=None):
+def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pmap=map, owners=None, counts=None):
     """One round: every live partition keeps its best t-close candidate cut, or becomes final.
     ``orders[j]``: the rows of partitions not final, sorted by (partition, value of QI j),
     without the partitions whose QI j was found to have a single value (nor their parts: a
@@ -128,8 +128,9 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
     only or without the stratified cut, and refused, is searched again in the next round on
     every QI with the stratified cut (``wide``); refused then, it is final.  ``pmap`` runs
     the per-QI work.  ``owners[j]``: the partition of every row of ``orders[j]`` (None: taken
-    from ``part``); returned with the new orders."""
-    sizes = counts = np.bincount(part, minlength=n_parts)
+    from ``part``); returned with the new orders.  ``counts``: every partition's rows (None:
+    counted from ``part``); returned for the new partitions."""
+    sizes = counts = np.bincount(part, minlength=n_parts) if counts is None else counts
     live = (sizes >= 2 * p.k) & ~final
     final = final | ~live
     if owners is None:
@@ -147,7 +148,7 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
 
     orders, owners = (list(x) for x in zip(*pmap(kept, range(len(orders))))) if orders else ([], [])
     if not live.any():
-        return part, n_parts, final, wide, orders, owners
+        return part, n_parts, final, wide, orders, owners, counts
     sizes = np.where(live, sizes, 0)
     searched = _widest(spans, every, sizes, setting[0], setting[2])
     searched |= every & wide[:, None]
@@ -170,7 +171,7 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
 
     found = [f for f in pmap(sorted_by, range(len(orders))) if f is not None]
     if not found:                  # no partition has a QI to cut along
-        return part, n_parts, final | live, wide, orders, owners
+        return part, n_parts, final | live, wide, orders, owners, counts
     sorted_parts = [s for s, _ in found]
     cand = {key: np.concatenate([c[key] for _, c in found]) for key in found[0][1]}
     chosen = _check_best_first(p, sorted_parts, cand, n_parts, emd_weight, pmap)
@@ -194,8 +195,8 @@ def _search_round(p, part, n_parts, final, wide, orders, emd_weight, setting, pm
 
 
 def _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owners, every, pmap, K):
-    """The round's cuts applied: partitions renumbered, the orders split (:func:`_search_round`
-    returns this)."""
+    """The round's cuts applied: partitions renumbered, the orders split, the new partitions'
+    rows counted from the cuts (:func:`_search_round` returns this)."""
     n_new, new_id = slot_ids(has, counts)       # (segments.slot_ids: the orders stay grouped)
     uncut = ~has & (counts > 0)
     final, wide = (carried(a, new_id, uncut, n_new) for a in (final, wide))
@@ -205,16 +206,15 @@ def _next_round(p, part, right, has, counts, final, wide, n_parts, orders, owner
         n_right = np.bincount(part, weights=right, minlength=n_parts).astype(np.int64)
         part = new_id[part] + (has[part] & (right > 0))
     new_owner = np.stack((new_id, new_id + 1), axis=1).ravel()    # (partition, side) -> new id
-    keep = None
-    if K is not None:       # the next round keeps the rows of live partitions only: drop the others now
-        new_sizes = np.zeros(n_new, dtype=np.int64)
-        new_sizes[new_id[uncut]] = counts[uncut]
-        new_sizes[new_id[has]] = (counts - n_right)[has]
-        new_sizes[new_id[has] + 1] = n_right[has]
-        keep = (new_sizes >= 2 * p.k) & ~final
+    new_sizes = np.zeros(n_new, dtype=np.int64)        # (np.bincount(part): a pass over every row)
+    new_sizes[new_id[uncut]] = counts[uncut]
+    new_sizes[new_id[has]] = (counts - n_right)[has]
+    new_sizes[new_id[has] + 1] = n_right[has]
+    # compiled: the next round keeps the rows of live partitions only, so drop the others now
+    keep = (new_sizes >= 2 * p.k) & ~final if K is not None else None
     orders, owners = _split_segments(orders, owners, right, counts, n_right, new_owner,
                                      [every[:, j] for j in range(len(orders))], pmap, K, keep)
-    return part, n_new, final, wide, orders, owners
+    return part, n_new, final, wide, orders, owners, new_sizes
 
 
 
@@ -236,10 +236,16 @@ def _widest(spans, every, sizes, count, small):
     """(partitions x QIs) whether the partition's cuts are searched on the QI: every QI with
     a span > 0 (``every``), or in a partition of fewer than ``small`` rows its ``count``
     widest QIs by normalized span (count None: every QI)."""
+    searched = every.copy()
     if count is None or count >= spans.shape[1]:
-        return every.copy()
-    rank = np.argsort(np.argsort(-spans, axis=1, kind="stable"), axis=1, kind="stable")
-    return every & ((rank < count) | (sizes >= small)[:, None])
+        return searched
+    few = np.flatnonzero((sizes < small) & every.any(axis=1))     # (the others: every QI)
+    sub = spans[few]
+    if count == 1 and not np.isnan(sub).any():  # the widest, the first of equal spans (the stable sort's first)
+        searched[few] &= np.arange(spans.shape[1]) == np.argmax(sub, axis=1)[:, None]
+    else:
+        searched[few] &= np.argsort(np.argsort(-sub, axis=1, kind="stable"), axis=1, kind="stable") < count
+    return searched
 
 
 class _DenseQIs:

@@ -385,8 +385,9 @@ def test_orders_keep_only_partitions_where_the_qi_can_be_cut(monkeypatch):
 
     def checked(p, part, n_parts, final, wide, orders, *args):
         out = round_(p, part, n_parts, final, wide, orders, *args)
-        new_part, new_n, new_final, _, new_orders, new_owners = out
+        new_part, new_n, new_final, _, new_orders, new_owners, counts = out
         sizes = np.bincount(new_part, minlength=new_n)
+        assert np.array_equal(counts, sizes)            # the rows counted from the cuts
         for j, o in enumerate(new_orders):
             owner = new_part[o]
             assert np.array_equal(new_owners[j], owner)    # the partitions carried with the order
@@ -431,3 +432,28 @@ def test_fast_searches_every_qi_only_above_one_256th_of_the_table(rows, small, m
     used.clear()
     CS.cut_search(p, np.zeros(rows, dtype=np.int64), search="thorough", max_rounds=1)
     assert used == {(None, 0)}
+
+
+def test_widest_qis_match_the_ranks_of_a_stable_sort():
+    """``_widest`` picks, in a partition below ``small`` rows, the ``count`` widest QIs by the
+    ranks of a stable sort of the spans (the first of equal spans first; a NaN span last), and
+    every QI above: the same choice as ranking every partition, on random spans with ties,
+    zeros and NaNs."""
+    import sabre_pg.core.cut_search as CS
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n, d = int(rng.integers(0, 40)), int(rng.integers(1, 8))
+        spans = rng.choice([0.0, 0.25, 0.5, 1.0, rng.random()], size=(n, d))
+        if trial % 5 == 0 and spans.size:
+            spans.flat[rng.integers(0, spans.size)] = np.nan
+        every = (rng.random((n, d)) < 0.8) & ~(spans == 0)
+        sizes = rng.integers(0, 300, size=n)
+        small = int(rng.integers(1, 300))
+        for count in (None, 1, 2, d):
+            got = CS._widest(spans, every, sizes, count, small)
+            if count is None or count >= d:
+                want = every
+            else:
+                rank = np.argsort(np.argsort(-spans, axis=1, kind="stable"), axis=1, kind="stable")
+                want = every & ((rank < count) | (sizes >= small)[:, None])
+            assert np.array_equal(got, want), (trial, count)
