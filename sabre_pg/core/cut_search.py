@@ -298,10 +298,12 @@ class _SortedPartitions:
         self.starts = np.cumsum(sizes) - sizes
         self.stratified = np.broadcast_to(np.asarray(stratified, dtype=bool), sizes.shape)
         self.strat_left = np.zeros(len(rows), dtype=bool)
-        strat = self.stratified[owner]
-        if strat.any():
-            self.strat_left[strat] = _stratified_cut(p.codes[rows[strat]], owner[strat], len(sizes))
-        self.n_left = np.bincount(owner[strat], weights=self.strat_left[strat], minlength=len(sizes))
+        self.n_left = np.zeros(len(sizes))
+        if self.stratified.any():       # (else no row's partition is looked up)
+            strat = self.stratified[owner]
+            if strat.any():
+                self.strat_left[strat] = _stratified_cut(p.codes[rows[strat]], owner[strat], len(sizes))
+            self.n_left = np.bincount(owner[strat], weights=self.strat_left[strat], minlength=len(sizes))
         self._running = None
         self._change_at = None   # see _changes
         self._column = None      # the rows' dense codes of QI j (_changes, _snap)
@@ -410,7 +412,7 @@ class _SortedPartitions:
         the partitions where it is a candidate, scored on the rows ``idx``: their parts are
         segments of those rows regrouped by (partition, part) in linear time
         (:meth:`_stratified_layout`)."""
-        idx = idx[self.stratified[self.owner[idx]]]
+        idx = idx[self.stratified[self.owner[idx]]] if self.stratified.any() else idx[:0]
         if not len(idx):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         dest, s_bounds, s_q = self._stratified_layout(idx)
