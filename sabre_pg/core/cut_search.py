@@ -483,12 +483,6 @@ class _SortedPartitions:
         idx = lower_bound(v, np.broadcast_to(first, bound.shape), np.broadcast_to(last, bound.shape), bound)
         return _clipped(idx - first, p.k, self.sizes[q] - p.k)
 
-    def row_groups(self, p, mine, cand, labelled=None):
-        """(group, code, count) of both parts of the candidates ``mine``, from their rows
-        (``labelled``: their :meth:`row_labels`, when the caller has them)."""
-        group, code, count = self.local_groups(p.codes, p.domain.m, mine, cand, labelled, p.kernels)
-        return 2 * mine[group >> 1] + (group & 1), code, count
-
     def local_groups(self, codes, m, mine, cand, labelled=None, kernels=None):
         """(group, code, count) of the SA ``codes`` (m values) in both parts of the
         candidates ``mine``: group 2i for the left part of the i-th of ``mine``, 2i + 1 for
@@ -514,8 +508,9 @@ class _SortedPartitions:
         return 2 * c + right, self.rows[idx]
 
     def histograms(self, p, mine, cand):
-        """(group, code, count) of both parts of the candidates ``mine``, from running code
-        counts along the order (a prefix cut's left part is a difference of two of them)."""
+        """(group, code, count) of both parts of the candidates ``mine`` (group 2i: the left part
+        of the i-th, 2i + 1: its right part; sorted by (group, code)), from running code counts
+        along the order (a prefix cut's left part is a difference of two of them)."""
         m = p.domain.m
         if self._running is None:
             onehot = np.zeros((len(self.rows) + 1, m), dtype=np.int32)
@@ -532,8 +527,7 @@ class _SortedPartitions:
         right = np.take(self._running, seg + self.sizes[q], axis=0) - first - left
         both = np.stack((left, right), axis=1).reshape(-1, m)          # rows 2i, 2i + 1
         nz = np.flatnonzero(both)
-        group = 2 * mine[nz // (2 * m)] + (nz // m) % 2
-        return group, nz % m, both.reshape(-1)[nz].astype(np.int64)
+        return nz // m, nz % m, both.reshape(-1)[nz].astype(np.int64)
 
     def members(self, q, pos, strat):
         """Rows of partitions q and whether each goes right, for the cuts (pos, strat)."""
@@ -588,25 +582,33 @@ def _check(p, orders, cand, pick, copies, with_emd=False, pmap=map) -> np.ndarra
     (cost: m per candidate, plus n m to make the counts)."""
     m = p.domain.m
 
-    def groups(order):
+    def groups(order):          # (mine, its parts' (group, code, count) numbered 2i, 2i + 1, shared)
         mine = pick[cand["dim"][pick] == order.j]
         if not len(mine):
             return None
         size = order.sizes[cand["owner"][mine]]
         dense = len(order.rows) * m <= DENSE_LIMIT and (len(order.rows) + 2 * len(mine)) * m < DENSE_GAIN * size.sum()
         if dense:
-            return order.histograms(p, mine, cand), None
+            return mine, order.histograms(p, mine, cand), None
         # the rows found, kept for the other SAs' check (the compiled counts find none)
         labelled = order.row_labels(mine, cand) if p.kernels is None else None
         shared = (order, mine, labelled) if p.other_sas and labelled is not None else None
-        return order.row_groups(p, mine, cand, labelled), shared
+        return mine, order.local_groups(p.codes, m, mine, cand, labelled, p.kernels), shared
 
     found = [g for g in pmap(groups, orders) if g is not None]
-    ec, codes, counts = (np.concatenate([x[0][i] for x in found]) for i in range(3))
-    ok = t_close_groups(p, ec, codes, counts, copies, pick, with_emd)
+    # the groups numbered by order, then by candidate within it: sorted as they come, so the
+    # exact EMD need not sort them (numbered by candidate they were not: an argsort a batch)
+    base = np.cumsum([0] + [len(mine) for mine, _, _ in found])
+    ec, codes, counts = (np.concatenate([g[i] + (2 * b if i == 0 else 0) for b, (_, g, _) in zip(base, found)])
+                         for i in range(3))
+    local = np.concatenate([mine for mine, _, _ in found])      # the candidate of each local number
+    checked = t_close_groups(p, ec, codes, counts, copies, np.arange(len(local)), with_emd)
+    at = np.empty(len(cand["owner"]), dtype=np.int64)
+    at[local] = np.arange(len(local))
+    ok = tuple(x[at[pick]] for x in checked) if with_emd else checked[at[pick]]   # in the order of pick
     if p.other_sas:         # several SAs: every other SA checked too (multi_refine.py)
         from .multi_refine import other_sas_close
-        ok = other_sas_close(p, orders, cand, pick, copies, ok, with_emd, pmap, [x[1] for x in found if x[1]])
+        ok = other_sas_close(p, orders, cand, pick, copies, ok, with_emd, pmap, [x[2] for x in found if x[2]])
     return ok
 
 

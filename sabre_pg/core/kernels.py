@@ -149,7 +149,7 @@ def cut_ranges(lo, hi, group, at):
 def part_counts(starts, sizes, pos, strat, strat_left, rows, codes, m):
     """(group, code, count), sorted by (group, code), of the two parts (group 2c: left, 2c + 1:
     right) of every candidate c cutting the segment ``starts[c] .. + sizes[c]`` at ``pos[c]``
-    (or, ``strat[c]``, by ``strat_left``): :meth:`.cut_search._SortedPartitions.row_groups`."""
+    (or, ``strat[c]``, by ``strat_left``): :meth:`.cut_search._SortedPartitions.local_groups`."""
     n_c = len(starts)
     cap = 0
     for c in range(n_c):

@@ -457,3 +457,38 @@ def test_widest_qis_match_the_ranks_of_a_stable_sort():
                 rank = np.argsort(np.argsort(-spans, axis=1, kind="stable"), axis=1, kind="stable")
                 want = every & ((rank < count) | (sizes >= small)[:, None])
             assert np.array_equal(got, want), (trial, count)
+
+
+@pytest.mark.parametrize("dense, weight", [(0, 0.0), (1 << 30, 0.0), (0, 0.2)],
+                         ids=["from rows", "running counts", "emd weight"])
+def test_the_check_hands_the_exact_emd_its_groups_sorted(dense, weight, monkeypatch):
+    """The cut search's exact check numbers every batch's parts by order and candidate, so
+    the groups reach the exact EMD sorted by (group, code) and it sorts nothing (a batch
+    numbered by candidate needed an argsort); the classes stay t-close and the same as
+    with the groups sorted by the EMD itself."""
+    import sabre_pg.core.cut_search as CS
+    from sabre_pg.synthetic import census
+    qis, codes, dom = census(2_500, seed=9)
+    monkeypatch.setattr(CS, "DENSE_LIMIT", dense)
+    monkeypatch.setattr(CS, "DENSE_GAIN", 1 << 20)
+    group, unsorted = X.group, []
+
+    def watched(ec, codes_, counts, m):
+        ec = np.asarray(ec)
+        key = ec * m + np.asarray(codes_)
+        unsorted.append(bool(len(key) > 1 and (np.diff(key) <= 0).any()))
+        return group(ec, codes_, counts, m)
+
+    monkeypatch.setattr(X, "group", watched)
+    ec = refine(qis, codes, dom, 0.3, 4, emd_weight=weight)
+    assert len(unsorted) > 10 and not any(unsorted)
+    assert X.ordered_class_emds(ec, codes, np.ones(len(codes), dtype=np.int64), dom.m).violations(0.3, 4) == 0
+    # the same classes when the groups come shuffled (the EMD sorts them itself)
+    rng = np.random.default_rng(0)
+
+    def shuffled(ec_, codes_, counts, m):
+        perm = rng.permutation(len(ec_))
+        return group(np.asarray(ec_)[perm], np.asarray(codes_)[perm], np.asarray(counts)[perm], m)
+
+    monkeypatch.setattr(X, "group", shuffled)
+    assert np.array_equal(ec, refine(qis, codes, dom, 0.3, 4, emd_weight=weight))
