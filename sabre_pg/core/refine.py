@@ -328,8 +328,9 @@ def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: 
             cand = np.repeat(left[a, None, :], width, axis=1)     # partitions x flips x values
             i, j, v = np.arange(len(a))[:, None], np.arange(width), values[a]
             cand[i, j, v] = counts[a][i, v] - cand[i, j, v]          # floor <-> ceil
-            c = np.where(flips[a], _halves_emd(cand, np.broadcast_to(counts[a, None, :], cand.shape),
-                                               domain, table), np.inf)
+            f = flips[a]                # the flips that exist (a partition has n_odd of the width)
+            c = np.full(f.shape, np.inf)
+            c[f] = _halves_emd(cand[f], counts[a][np.nonzero(f)[0]], domain, table)
             best = np.argmin(c, axis=1)
             c = c[np.arange(len(a)), best]
             better = c < cost[a]

@@ -159,6 +159,69 @@ def test_balanced_halves_never_worse_than_alternation():
     assert np.isfinite(got).all()
 
 
+def _padded_balanced_halves(counts, domain, table, t):
+    """The rounding search as it was written first: every partition evaluates the width of the
+    widest (its missing flips padded, their EMDs computed and then set infinite)."""
+    from sabre_pg.core.redistribute import dichotomize
+    from sabre_pg.core.refine import BALANCE_STEPS, _halves_emd
+    odd = (counts & 1).astype(bool)
+    n_odd = odd.sum(axis=1)
+    left = dichotomize(counts)[0]
+    width = int(n_odd.max(initial=0))
+    if not width:
+        return left
+    at, value = np.nonzero(odd)
+    values = np.zeros((len(counts), width), dtype=np.int64)
+    values[at, np.arange(len(at)) - (np.cumsum(n_odd) - n_odd)[at]] = value
+    flips = np.arange(width) < n_odd[:, None]
+    cost = _halves_emd(left, counts, domain, table)
+    active = np.flatnonzero(cost > t)
+    for _ in range(BALANCE_STEPS):
+        a = active
+        cand = np.repeat(left[a, None, :], width, axis=1)
+        i, j, v = np.arange(len(a))[:, None], np.arange(width), values[a]
+        cand[i, j, v] = counts[a][i, v] - cand[i, j, v]
+        c = np.where(flips[a], _halves_emd(cand, np.broadcast_to(counts[a, None, :], cand.shape), domain, table), np.inf)
+        best = np.argmin(c, axis=1)
+        c = c[np.arange(len(a)), best]
+        better = c < cost[a]
+        left[a[better]], cost[a[better]] = cand[better, best[better]], c[better]
+        active = a[better]
+    return left
+
+
+@pytest.mark.parametrize("kind", ["ordered", "equal", "hierarchical"])
+def test_balanced_halves_evaluates_only_the_flips_that_exist(kind, monkeypatch):
+    """The rounding search computes the EMDs of each partition's own flips only (not the
+    widest partition's count, padded), in chunks: the same left counts to the bit as the
+    padded search on skewed counts (one partition with many odd values, most with few), for
+    every SA kind."""
+    import sabre_pg.core.refine as R
+    from sabre_pg.core.hierarchy import Hierarchy
+    rng = np.random.default_rng({"ordered": 1, "equal": 2, "hierarchical": 3}[kind])
+    m = 23
+    if kind == "ordered":
+        dom = SADomain("numerical", m=m)
+    elif kind == "equal":
+        dom = SADomain("categorical", hierarchy=Hierarchy.flat(["v%d" % i for i in range(m)]))
+    else:
+        dom = SADomain("categorical", hierarchy=Hierarchy([["v%d" % i, "g%d" % (i // 4), "h%d" % (i // 12), "*"]
+                                                            for i in range(m)]))
+    table = rng.dirichlet(np.ones(m) * 0.7)
+    counts = np.vstack([rng.multinomial(int(n), table) for n in rng.integers(2, 30, size=400)]
+                       + [rng.multinomial(400, table, size=3)])
+    from sabre_pg.core.redistribute import dichotomize
+    flipped = 0
+    for t in (0.02, 0.08, 0.2):
+        want = _padded_balanced_halves(counts, dom, table, t)
+        flipped += int((want != dichotomize(counts)[0]).any(axis=1).sum())
+        assert np.array_equal(R.balanced_halves(counts, dom, table, t), want), t
+        monkeypatch.setattr(R, "BALANCE_CHUNK", 5 * m * int((counts & 1).sum(axis=1).max()))     # several chunks
+        assert np.array_equal(R.balanced_halves(counts, dom, table, t), want), t
+        monkeypatch.undo()
+    assert flipped > 20             # (the search moved roundings: the comparison is not of the alternation only)
+
+
 def test_rescue_keeps_every_class_t_close_and_lowers_il():
     """On a correlated hierarchical SA: the rescue (on by default) publishes only t-close,
     k-anonymous classes, and never a higher AIL than the cut search alone."""
