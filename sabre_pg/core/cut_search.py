@@ -381,7 +381,8 @@ class _SortedPartitions:
         bounds.sort(kind="stable")
         at = np.searchsorted(bounds, cuts)
         group = np.searchsorted(self.starts[q], bounds, side="right") - 1
-        bounds = np.searchsorted(idx, bounds)
+        if len(idx) < len(self.rows):       # (every row scoring: idx is the identity)
+            bounds = np.searchsorted(idx, bounds)
         il_left, il_right = np.zeros(len(cuts)), np.zeros(len(cuts))
         dense = _DenseQIs.of(p)
         if p.kernels is not None:       # compiled: the same codes, per QI and cut
