@@ -30,6 +30,17 @@ def make_source(conn, distinct: int):
     conn.execute("ALTER TABLE public.src ADD PRIMARY KEY (id)")
 
 
+@pytest.fixture
+def conn(pg_module_conn):
+    """The module's database, left as found: the source and every output dropped after each test."""
+    yield pg_module_conn
+    outputs = [r[0] for r in pg_module_conn.execute(
+        "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname LIKE 'o\\_%'").fetchall()]
+    for name in outputs + ["public.src"]:
+        pg_module_conn.execute("DROP TABLE IF EXISTS %s CASCADE" % name)
+
+
 def mismatches(conn, output: str, columns) -> int:
     """Rows of (class, SA values) in the output and not in the source through the side table,
     or the other way round (EXCEPT ALL both ways: multisets)."""
@@ -45,41 +56,43 @@ def mismatches(conn, output: str, columns) -> int:
 
 @pytest.mark.parametrize("sa, distinct", [("v_int", 40), ("v_float", 40), ("v_date", 40), ("v_text", 40),
                                          ("v_int", 300), ("v_text", 300)])
-def test_one_sa_values_are_the_sources(pg_conn, distinct, sa):
-    make_source(pg_conn, distinct)
+def test_one_sa_values_are_the_sources(conn, distinct, sa):
+    make_source(conn, distinct)
     out = "public.o_%s_%d" % (sa, distinct)
-    r = anonymize(pg_conn, "public.src", ["a", "b"], sa, 0.6, 3, "refine", out, {"seed": 1})
+    r = anonymize(conn, "public.src", ["a", "b"], sa, 0.6, 3, "refine", out, {"seed": 1})
     assert r["rows"] == ROWS and r["classes"] > 3
-    assert scalar(pg_conn, sql.SQL("SELECT count(*) FROM {}").format(ident(out))) == ROWS
-    assert mismatches(pg_conn, out, [sa]) == 0
+    assert scalar(conn, sql.SQL("SELECT count(*) FROM {}").format(ident(out))) == ROWS
+    assert mismatches(conn, out, [sa]) == 0
 
 
-def test_a_text_sa_under_a_named_hierarchy(pg_conn):
-    make_source(pg_conn, 40)
+def test_a_text_sa_under_a_named_hierarchy(conn):
+    make_source(conn, 40)
     rows = "\n".join("x%d;g%d;*" % (i, i // 5) for i in range(40))
-    pg_conn.execute("SELECT * FROM sabre_define_hierarchy('vt_h', %s)", (rows,))
+    conn.execute("SELECT * FROM sabre_define_hierarchy('vt_h', %s)", (rows,))
     out = "public.o_named"
-    anonymize(pg_conn, "public.src", ["a", "b"], "v_text", 0.6, 3, "ak", out, {"hierarchies": {"v_text": "vt_h"}})
-    assert mismatches(pg_conn, out, ["v_text"]) == 0
+    anonymize(conn, "public.src", ["a", "b"], "v_text", 0.6, 3, "ak", out, {"hierarchies": {"v_text": "vt_h"}})
+    assert mismatches(conn, out, ["v_text"]) == 0
+    conn.execute("DROP TABLE %s CASCADE" % out)
+    conn.execute("SELECT sabre_drop_hierarchy('vt_h')")
 
 
 @pytest.mark.parametrize("second", ["v_text", "v_big"], ids=["two small", "one with many values"])
-def test_two_sas_values_are_the_sources(pg_conn, second):
-    make_source(pg_conn, 40)
-    pg_conn.execute("ALTER TABLE public.src ADD COLUMN v_big int")
-    pg_conn.execute("UPDATE public.src SET v_big = (id * 37) % 700")
-    out = "public.o_two"
-    with pg_conn.cursor() as cur:
+def test_two_sas_values_are_the_sources(conn, second):
+    make_source(conn, 40)
+    conn.execute("ALTER TABLE public.src ADD COLUMN v_big int")
+    conn.execute("UPDATE public.src SET v_big = (id * 37) % 700")
+    out = "public.o_two_%s" % second
+    with conn.cursor() as cur:
         cur.execute("SELECT * FROM sabre_anonymize(source => 'public.src'::regclass, quasi_identifiers => "
                     "ARRAY['a', 'b'], sensitive => ARRAY['v_int', %s], t => ARRAY[0.7, 0.7]::float8[], k => 3, "
                     "output => %s, options => %s::jsonb)", (second, out, json.dumps({"seed": 2})))
-    assert mismatches(pg_conn, out, ["v_int", second]) == 0
+    assert mismatches(conn, out, ["v_int", second]) == 0
 
 
-def test_a_partitioned_run_values_are_the_sources(pg_conn):
+def test_a_partitioned_run_values_are_the_sources(conn):
     """Each part expands its own classes (ids from its offset) from its own arrays."""
-    make_source(pg_conn, 40)
+    make_source(conn, 40)
     out = "public.o_parts"
-    r = anonymize(pg_conn, "public.src", ["a", "b"], "v_float", 0.6, 3, "refine", out, {"partitions": 3, "seed": 3})
+    r = anonymize(conn, "public.src", ["a", "b"], "v_float", 0.6, 3, "refine", out, {"partitions": 3, "seed": 3})
     assert r["rows"] == ROWS
-    assert mismatches(pg_conn, out, ["v_float"]) == 0
+    assert mismatches(conn, out, ["v_float"]) == 0
