@@ -307,16 +307,11 @@ def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: 
     halving.  Cost: per such partition and step, one EMD per odd count; at most
     :data:`BALANCE_STEPS` steps; (partitions x odd counts x values) evaluated in chunks of
     :data:`BALANCE_CHUNK`."""
-    odd = (counts & 1).astype(bool)
-    n_odd = odd.sum(axis=1)
     left = dichotomize(counts)[0]
-    width = int(n_odd.max(initial=0))
+    values, flips = odd_values(counts)
+    width = values.shape[1]
     if not width:
         return left
-    at, value = np.nonzero(odd)                 # every partition's odd values, padded
-    values = np.zeros((len(counts), width), dtype=np.int64)
-    values[at, np.arange(len(at)) - (np.cumsum(n_odd) - n_odd)[at]] = value
-    flips = np.arange(width) < n_odd[:, None]
     cost = _halves_emd(left, counts, domain, table)
     active = np.flatnonzero(cost > t)          # only where the alternation fails
     chunk = max(BALANCE_CHUNK // (width * counts.shape[1]), 1)
@@ -338,6 +333,19 @@ def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: 
             moved[a[better]] = True
         active = active[moved[active]]
     return left
+
+
+def odd_values(counts: np.ndarray):
+    """(values, flips): each partition's SA values of odd count (rows of ``counts``), padded to
+    the most any partition has (``values`` partitions x width), and which of them are real
+    (``flips``): the roundings :func:`balanced_halves` may flip."""
+    odd = (counts & 1).astype(bool)
+    n_odd = odd.sum(axis=1)
+    width = int(n_odd.max(initial=0))
+    at, value = np.nonzero(odd)
+    values = np.zeros((len(counts), width), dtype=np.int64)
+    values[at, np.arange(len(at)) - (np.cumsum(n_odd) - n_odd)[at]] = value
+    return values, np.arange(width) < n_odd[:, None]
 
 
 def _halves_emd(left, counts, domain, table):

@@ -163,17 +163,12 @@ def _padded_balanced_halves(counts, domain, table, t):
     """The rounding search as it was written first: every partition evaluates the width of the
     widest (its missing flips padded, their EMDs computed and then set infinite)."""
     from sabre_pg.core.redistribute import dichotomize
-    from sabre_pg.core.refine import BALANCE_STEPS, _halves_emd
-    odd = (counts & 1).astype(bool)
-    n_odd = odd.sum(axis=1)
+    from sabre_pg.core.refine import BALANCE_STEPS, _halves_emd, odd_values
     left = dichotomize(counts)[0]
-    width = int(n_odd.max(initial=0))
+    values, flips = odd_values(counts)          # (the same flips; what differs is their EMDs)
+    width = values.shape[1]
     if not width:
         return left
-    at, value = np.nonzero(odd)
-    values = np.zeros((len(counts), width), dtype=np.int64)
-    values[at, np.arange(len(at)) - (np.cumsum(n_odd) - n_odd)[at]] = value
-    flips = np.arange(width) < n_odd[:, None]
     cost = _halves_emd(left, counts, domain, table)
     active = np.flatnonzero(cost > t)
     for _ in range(BALANCE_STEPS):
