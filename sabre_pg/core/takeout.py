@@ -29,6 +29,8 @@ import numpy as np
 
 from .checkpoint import checkpoint
 
+CHECK_EVERY = 4096      # ECs of the stack replay between two checkpoints
+
 
 def _check(bucket: np.ndarray, templates: np.ndarray):
     n_buckets = templates.shape[1]
@@ -101,21 +103,36 @@ def takeout_sweep(bucket: np.ndarray, keys: np.ndarray, templates: np.ndarray,
         dirty = np.flatnonzero(~clean)
         if not len(dirty):
             continue
-        idl = ids.tolist()
-        stack, pushed, got = [], 0, []
-        for u, n_a, u0 in zip(upto[dirty].tolist(), a[dirty].tolist(), before[dirty].tolist()):
-            checkpoint()
-            if pushed < u0:            # clean ECs in between emptied the stack
+        _replay(ec, ids, upto[dirty], a[dirty], before[dirty], cs[dirty])
+    if return_order:
+        return ec, np.concatenate([by_key[pos] for pos in members])
+    return ec
+
+
+def _replay(ec, ids, upto, a, before, cls):
+    """One bucket's stack replayed over the ECs (in order) that do not take exactly their own
+    pushes: EC e has the bucket's scan positions up to ``upto[e]`` pushed (from ``before[e]``
+    at least: clean ECs in between emptied the stack), then pops the top ``a[e]`` tuples
+    (``ids[position]``), which join class ``cls[e]``.  A checkpoint every
+    :data:`CHECK_EVERY` ECs: one per EC cost 0.1 s of a 1M-row 'ak' run (262,000 ECs) in a
+    backend, where each checks for a cancel.  (A compiled loop, measured: 0.18 s against
+    0.38 s for the sweep in a process, but in a fresh backend numba's import cost more than
+    it saved: the phase 0.40-0.50 s against 0.28-0.33 s.)"""
+    idl = ids.tolist()
+    stack, pushed, got = [], 0, []
+    for first in range(0, len(upto), CHECK_EVERY):
+        checkpoint()
+        end = first + CHECK_EVERY
+        for u, n_a, u0 in zip(upto[first:end].tolist(), a[first:end].tolist(), before[first:end].tolist()):
+            if pushed < u0:
                 pushed = u0
             if u > pushed:
                 stack.extend(idl[pushed:u])
                 pushed = u
             got.extend(stack[-n_a:])
             del stack[-n_a:]
-        ec[np.asarray(got, dtype=np.int64)] = np.repeat(cs[dirty], a[dirty])
-    if return_order:
-        return ec, np.concatenate([by_key[pos] for pos in members])
-    return ec
+    # (an EC popping more than was pushed would leave got short: the assignment below fails)
+    ec[np.asarray(got, dtype=np.int64)] = np.repeat(cls, a)
 
 
 class _Sorted:
