@@ -27,3 +27,24 @@ def test_curve_table_has_the_copy_beside_each_run():
     table = speed.curve_table(rows).splitlines()
     assert table[0].startswith("| rows | method | run (s) | copy (s) |")
     assert table[2] == "| 10,000,000 | refine | 10.00 | 5.00 | 2.0 | 700 | n/a | 5 | 3.5 |"
+
+
+def test_the_floor_bound_takes_each_io_phase_at_its_floor_or_below():
+    r = record("ak", wall=6.0)
+    r["phases"] = {"read": 1.0, "write_keys": 2.0, "check": 0.2, "takeout": 0.5, "total": 5.5}
+    copy = {"wall": 0.5, "mem": None, "load": 1.0}
+    floor = {"read": 0.6, "write_keys": 0.25, "check": 0.5, "build_output_join": 1.0}
+    b = speed.floor_bound(1_000_000, r, copy, floor)
+    # read and write_keys at their floors, check at what it took (below its floor); the rest of
+    # the wall time (6.0 - 3.2 s of I/O) as it ran
+    assert abs(b["io"] - (0.6 + 0.25 + 0.2)) < 1e-9 and abs(b["rest"] - 2.8) < 1e-9
+    assert abs(b["bound"] - 3.85) < 1e-9 and abs(b["ratio"] - 7.7) < 1e-9
+    assert abs(b["budget"] - (4.0 * 0.5 - 1.05)) < 1e-9            # 'ak': 4x the copy
+    text = speed.describe(1_000_000, r, copy, floor)
+    assert "every I/O phase at its floor: 1.05 s (2.1x the copy) + the rest as run 2.80 s = 3.85 s (7.7x)" in text
+    assert "at the target the rest would have 0.95 s" in text
+    assert speed.floor_bound(100_000, r, copy, floor)["budget"] is None          # no target below 1M
+    assert speed.floor_bound(1_000_000, record("mondrian"), copy, floor)["budget"] is None
+    parts = record(partitions={"parts": 5, "automatic": True})
+    assert speed.floor_bound(1_000_000, parts, copy, floor) is None and speed.floor_bound(1_000_000, r, copy, None) is None
+    assert "every I/O phase" not in speed.describe(1_000_000, parts, copy, floor)

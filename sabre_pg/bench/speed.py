@@ -12,7 +12,9 @@ census-like table ``public.bench_census_<rows>`` (generated once, reused):
 2. right after, in other fresh backends, the copy: ``CREATE TABLE ... AS SELECT * FROM`` the
    same table (its time and VmHWM), then dropped; the ratio run / copy is the figure of merit
    (targets: the default method <= 5, 'ak' <= 4 at 1M rows); and each I/O phase's own floor
-   (:func:`floors`: a COPY of the same columns, a CTAS of the same rows or join) and the ratio.
+   (:func:`floors`: a COPY of the same columns, a CTAS of the same rows or join) and the ratio;
+   and the bound those floors set (:func:`floor_bound`): the run with every I/O phase at its
+   floor and the rest as it ran, and what a target leaves for the rest.
 
 The load average is recorded with every measurement: timings on a shared machine say so.
 Used by ``benchmarks/bench_db.py`` and ``sabre-pg bench --speed``.
@@ -199,6 +201,27 @@ def floors(dsn: str, run_id: int, table: str, schema: str = "sabre") -> dict:
     return {k: round(v, 4) for k, v in found.items()}
 
 
+IO_PHASES = ("summary", "read", "write_keys", "build_classes", "build_output", "check")
+
+
+def floor_bound(rows: int, r: dict, copy: dict, floor: dict | None) -> dict | None:
+    """What the run would cost with every I/O phase at its own floor (or at what it took, where
+    that is less) and the rest of its wall time (the engine, validation, swap, commit) as it
+    ran: ``io`` (the I/O phases so), ``rest``, ``bound`` (their sum), its ``ratio`` to the copy,
+    and ``budget``: the seconds the method's target ratio (:data:`TARGETS`, from 1M rows) leaves
+    for the rest once the I/O is at its floors (None without a target).  None for a run in
+    parts (its phases are the parts', not the table's) or without floors."""
+    if not floor or r.get("partitions") or copy["wall"] <= 0:
+        return None
+    phases = r["phases"]
+    io_run = sum(phases[p] for p in IO_PHASES if p in phases)
+    io = sum(min(phases[p], floor[p]) if floor.get(p) else phases[p] for p in IO_PHASES if p in phases)
+    rest = max(r["wall"] - io_run, 0.0)
+    target = TARGETS.get(r["method"]) if rows >= 1_000_000 else None
+    return {"io": io, "rest": rest, "bound": io + rest, "ratio": (io + rest) / copy["wall"],
+            "io_ratio": io / copy["wall"], "budget": None if target is None else target * copy["wall"] - io}
+
+
 def mb(mem: dict | None, key: str = "VmHWM") -> str:
     return "n/a" if not mem or key not in mem else f"{mem[key]:.0f} MB"
 
@@ -226,7 +249,17 @@ def describe(rows: int, r: dict, copy: dict, floor: dict | None = None) -> str:
             # (a phase of a few milliseconds, e.g. a partitioned run's read making its parts' views, has
             # no work to compare with a floor)
             for p in phase_order(floor) if p in r["phases"] and floor[p] > 0 and r["phases"][p] >= 0.05)
-        + f"  (CTAS of the join source x keys x classes {floor['build_output_join']:.2f})"]))
+        + f"  (CTAS of the join source x keys x classes {floor['build_output_join']:.2f})"]) + bound_line(rows, r, copy, floor))
+
+
+def bound_line(rows: int, r: dict, copy: dict, floor: dict | None) -> list:
+    """The line of :func:`floor_bound` (none when it does not apply)."""
+    b = floor_bound(rows, r, copy, floor)
+    if b is None:
+        return []
+    budget = "" if b["budget"] is None else "; at the target the rest would have %.2f s" % b["budget"]
+    return ["             every I/O phase at its floor: %.2f s (%.1fx the copy) + the rest as run %.2f s = %.2f s "
+            "(%.1fx)%s" % (b["io"], b["io_ratio"], b["rest"], b["bound"], b["ratio"], budget)]
 
 
 def run_speed(dsn: str, sizes, methods=METHODS, repeat: int = 1, schema: str = "sabre", regenerate: bool = False,
@@ -244,7 +277,8 @@ def run_speed(dsn: str, sizes, methods=METHODS, repeat: int = 1, schema: str = "
                 floor = floors(dsn, r["run_id"], table, schema) if with_floors else None
                 echo(describe(rows, r, copy, floor))
                 results.append({"rows": rows, "table": table, "method": method, "anonymize": r, "copy": copy,
-                                "ratio": r["wall"] / copy["wall"], "floors": floor})
+                                "ratio": r["wall"] / copy["wall"], "floors": floor,
+                                "bound": floor_bound(rows, r, copy, floor)})
     return results
 
 
