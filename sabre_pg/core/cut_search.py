@@ -600,8 +600,8 @@ def _check(p, orders, cand, pick, copies, with_emd=False, pmap=map) -> np.ndarra
     # the groups numbered by order, then by candidate within it: sorted as they come, so the
     # exact EMD need not sort them (numbered by candidate they were not: an argsort a batch)
     base = np.cumsum([0] + [len(mine) for mine, _, _ in found])
-    ec, codes, counts = (np.concatenate([g[i] + (2 * b if i == 0 else 0) for b, (_, g, _) in zip(base, found)])
-                         for i in range(3))
+    ec = np.concatenate([g[0] + 2 * b for b, (_, g, _) in zip(base, found)])
+    codes, counts = (np.concatenate([g[i] for _, g, _ in found]) for i in (1, 2))
     local = np.concatenate([mine for mine, _, _ in found])      # the candidate of each local number
     checked = t_close_groups(p, ec, codes, counts, copies, np.arange(len(local)), with_emd)
     at = np.empty(len(cand["owner"]), dtype=np.int64)

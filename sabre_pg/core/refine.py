@@ -314,22 +314,25 @@ def balanced_halves(counts: np.ndarray, domain: SADomain, table: np.ndarray, t: 
         return left
     cost = _halves_emd(left, counts, domain, table)
     active = np.flatnonzero(cost > t)          # only where the alternation fails
-    chunk = max(BALANCE_CHUNK // (width * counts.shape[1]), 1)
+    chunk = max(BALANCE_CHUNK // (width * counts.shape[1]), 1)     # (at most width flips a partition)
     for _ in range(BALANCE_STEPS):
         moved = np.zeros(len(counts), dtype=bool)
         for s in range(0, len(active), chunk):
             checkpoint()
             a = active[s:s + chunk]
-            cand = np.repeat(left[a, None, :], width, axis=1)     # partitions x flips x values
-            i, j, v = np.arange(len(a))[:, None], np.arange(width), values[a]
-            cand[i, j, v] = counts[a][i, v] - cand[i, j, v]          # floor <-> ceil
             f = flips[a]                # the flips that exist (a partition has n_odd of the width)
+            i, j = np.nonzero(f)        # one candidate per flip: (partition of the chunk, flip)
+            cand = left[a][i]
+            row, v = np.arange(len(i)), values[a][i, j]
+            cand[row, v] = counts[a][i, v] - cand[row, v]          # floor <-> ceil
             c = np.full(f.shape, np.inf)
-            c[f] = _halves_emd(cand[f], counts[a][np.nonzero(f)[0]], domain, table)
+            c[i, j] = _halves_emd(cand, counts[a][i], domain, table)
             best = np.argmin(c, axis=1)
             c = c[np.arange(len(a)), best]
             better = c < cost[a]
-            left[a[better]], cost[a[better]] = cand[better, best[better]], c[better]
+            n_flips = f.sum(axis=1)     # a partition's flips are the first of its row: candidates first[p] + flip
+            first = np.cumsum(n_flips) - n_flips
+            left[a[better]], cost[a[better]] = cand[first[better] + best[better]], c[better]
             moved[a[better]] = True
         active = active[moved[active]]
     return left
